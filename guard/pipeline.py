@@ -1,0 +1,307 @@
+"""The Guard: runs every proposed call through the stages, one loop, and always answers with a result."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from guard.call import Call, StageRecord
+from guard.clock import Clock, SystemClock
+from guard.codes import Code
+from guard.errors import GuardError
+from guard.observe import NullObserver, Observer
+from guard.policy import Policy
+from guard.registry import ToolRegistry, ToolSpec
+from guard.result import Outcome, ToolResult
+from guard.session import Principal
+from guard.stages import Env, ExecuteStage, Stage, default_chain, reject
+from guard.stages.idempotency import stored
+from guard.stores.base import (
+    ApprovalState,
+    ApprovalStore,
+    CounterStore,
+    IdempotencyStore,
+    PendingAction,
+)
+from guard.stores.memory import MemoryApprovalStore, MemoryCounterStore, MemoryIdempotencyStore
+
+__all__ = ["ApprovalNotFound", "Guard", "Session"]
+
+log = logging.getLogger("guard")
+
+_INVALID = frozenset({Code.INVALID_JSON, Code.INVALID_ARGUMENTS, Code.UNKNOWN_TOOL})
+"""Codes that count towards the validation-failure budget: the model keeps sending malformed calls."""
+
+
+class ApprovalNotFound(GuardError, LookupError):
+    """The host named an approval id the store does not know."""
+
+
+class Guard:
+    """The deterministic gate between a model's proposed tool calls and the world.
+
+    Build one per deployment and share it; it holds no per-session state of its own (the stores do)::
+
+        guard = Guard(tools=[get_order, refund_order], policy=policy)
+        session = guard.session("conv-42", Principal(id="CUS-1", role="customer", scopes=...))
+        result = session.execute("get_order", '{"order_id": "ORD-1001"}', call_id="call_1")
+    """
+
+    def __init__(
+        self,
+        *,
+        tools: Iterable[ToolSpec],
+        policy: Policy,
+        idempotency: IdempotencyStore | None = None,
+        approvals: ApprovalStore | None = None,
+        counters: CounterStore | None = None,
+        clock: Clock | None = None,
+        observer: Observer | None = None,
+    ) -> None:
+        self.registry = ToolRegistry(tools)
+        self.policy = policy
+        self.env = Env(
+            registry=self.registry,
+            policy=policy,
+            idempotency=idempotency if idempotency is not None else MemoryIdempotencyStore(),
+            approvals=approvals if approvals is not None else MemoryApprovalStore(),
+            counters=counters if counters is not None else MemoryCounterStore(),
+            clock=clock if clock is not None else SystemClock(),
+            observer=observer if observer is not None else NullObserver(),
+        )
+        self.stages: list[Stage] = default_chain(self.env)
+        self._resume_stages = self.stages[1:]  # a resumed call already paid its budget
+        self._confirm_stages = [s for s in self.stages if s.name == "confirm"]
+
+    @property
+    def observer(self) -> Observer:
+        return self.env.observer
+
+    def session(self, session_id: str, principal: Principal) -> Session:
+        """A handle for one conversation acting for ``principal``."""
+        return Session(self, session_id, principal)
+
+    def execute(
+        self,
+        session: Session,
+        name: str,
+        raw_arguments: str | Mapping[str, Any] | None,
+        *,
+        call_id: str | None = None,
+    ) -> ToolResult:
+        """Run one proposed call. Never raises for anything the model sent."""
+        call = self._start(session, name, raw_arguments, call_id)
+        return self._finish(call, self._run(call, self.stages))
+
+    async def aexecute(
+        self,
+        session: Session,
+        name: str,
+        raw_arguments: str | Mapping[str, Any] | None,
+        *,
+        call_id: str | None = None,
+    ) -> ToolResult:
+        """``execute`` for async hosts: coroutine handlers run on the caller's event loop."""
+        call = self._start(session, name, raw_arguments, call_id)
+        return self._finish(call, await self._arun(call, self.stages))
+
+    def pending(self, approval_id: str) -> PendingAction | None:
+        """The pending action to show an approver: tool, validated arguments, expiry."""
+        return self.env.approvals.get(approval_id)
+
+    def approve(self, approval_id: str, *, by: str) -> ToolResult:
+        """A human approves: the call resumes, rules run again against current state, then it runs."""
+        return self._decide(approval_id, approve=True, by=by)
+
+    def deny(self, approval_id: str, *, by: str) -> ToolResult:
+        """A human declines: the call ends CONFIRMATION_DENIED, nothing runs."""
+        return self._decide(approval_id, approve=False, by=by)
+
+    async def aapprove(self, approval_id: str, *, by: str) -> ToolResult:
+        """``approve`` for async hosts."""
+        call, stages = self._resume(approval_id, approve=True, by=by)
+        return self._finish(call, await self._arun(call, stages))
+
+    # -- the loop ---------------------------------------------------------------------------------
+
+    def _run(self, call: Call, stages: list[Stage]) -> ToolResult:
+        observer = self.env.observer
+        for stage in stages:
+            _notify(observer.stage_started, call, stage.name)
+            start = time.time_ns()
+            try:
+                result = stage(call)
+            except Exception:
+                log.exception("stage %s raised", stage.name)
+                result = reject(call, Code.INTERNAL_ERROR, _INTERNAL)
+            if self._ended(call, stage.name, start, result):
+                assert result is not None
+                return result
+        raise AssertionError("the execute stage always answers")  # pragma: no cover
+
+    async def _arun(self, call: Call, stages: list[Stage]) -> ToolResult:
+        observer = self.env.observer
+        for stage in stages:
+            _notify(observer.stage_started, call, stage.name)
+            start = time.time_ns()
+            try:
+                if isinstance(stage, ExecuteStage):
+                    result: ToolResult | None = await stage.acall(call)
+                else:
+                    result = stage(call)
+            except Exception:
+                log.exception("stage %s raised", stage.name)
+                result = reject(call, Code.INTERNAL_ERROR, _INTERNAL)
+            if self._ended(call, stage.name, start, result):
+                assert result is not None
+                return result
+        raise AssertionError("the execute stage always answers")  # pragma: no cover
+
+    def _ended(self, call: Call, name: str, start: int, result: ToolResult | None) -> bool:
+        if result is None:
+            record = StageRecord(name=name, start_ns=start, end_ns=time.time_ns(), outcome="pass")
+        else:
+            outcome = "final" if result.ok else "reject"
+            record = StageRecord(
+                name=name, start_ns=start, end_ns=time.time_ns(), outcome=outcome, code=result.code
+            )
+        call.stages.append(record)
+        _notify(self.env.observer.stage_ended, call, record)
+        return result is not None
+
+    # -- around the loop --------------------------------------------------------------------------
+
+    def _start(
+        self,
+        session: Session,
+        name: str,
+        raw_arguments: str | Mapping[str, Any] | None,
+        call_id: str | None,
+    ) -> Call:
+        if raw_arguments is not None and not isinstance(raw_arguments, str):
+            try:  # providers that send objects (Anthropic, MCP): keep the text form for the record
+                raw_arguments = json.dumps(raw_arguments)
+            except (TypeError, ValueError):
+                raw_arguments = None
+        call = Call(
+            tool=str(name),
+            raw_arguments=raw_arguments,
+            call_id=call_id,
+            session_id=session.id,
+            principal=session.principal,
+            turn=session.turn,
+            start_ns=time.time_ns(),
+        )
+        _notify(self.env.observer.call_started, call)
+        return call
+
+    def _finish(self, call: Call, result: ToolResult) -> ToolResult:
+        env = self.env
+        try:
+            if call.claimed and call.idempotency_key is not None:
+                self._settle_claim(call, result)
+            if call.step:  # the budget stage ran: keep the invalid streak
+                key = f"invalid:{call.session_id}"
+                if result.code in _INVALID:
+                    env.counters.incr(key, now=env.clock.now(), ttl=env.policy.session_ttl)
+                elif call.invalid_streak and call.arguments is not None:
+                    env.counters.reset(key)
+        except Exception:
+            log.exception("settling call %s failed", call.call_id)
+        call.result = result
+        call.end_ns = time.time_ns()
+        _notify(env.observer.call_ended, call, result)
+        return result
+
+    def _settle_claim(self, call: Call, result: ToolResult) -> None:
+        """A claim the call still holds: keep an unknown outcome the backend cannot dedupe, else let go."""
+        assert call.spec is not None and call.idempotency_key is not None
+        env = self.env
+        if result.outcome is Outcome.UNKNOWN and not call.spec.idempotent_backend:
+            env.idempotency.complete(
+                call.idempotency_key,
+                call.fingerprint or "",
+                stored(result),
+                now=env.clock.now(),
+                ttl=env.policy.idempotency_ttl,
+            )
+        else:
+            env.idempotency.release(call.idempotency_key)
+        call.claimed = False
+
+    def _decide(self, approval_id: str, *, approve: bool, by: str) -> ToolResult:
+        call, stages = self._resume(approval_id, approve=approve, by=by)
+        return self._finish(call, self._run(call, stages))
+
+    def _resume(self, approval_id: str, *, approve: bool, by: str) -> tuple[Call, list[Stage]]:
+        action = self.env.approvals.decide(
+            approval_id, approve=approve, by=by, now=self.env.clock.now()
+        )
+        if action is None:
+            raise ApprovalNotFound(approval_id)
+        principal = Principal(
+            id=action.principal_id, role=action.role, scopes=frozenset(action.scopes)
+        )
+        call = Call(
+            tool=action.tool,
+            raw_arguments=action.arguments,
+            call_id=action.call_id,
+            session_id=action.session_id,
+            principal=principal,
+            turn=0,
+            start_ns=time.time_ns(),
+            approval=action,
+            decision=str(action.state),
+            spec=self.registry.get(action.tool),
+        )
+        _notify(self.env.observer.call_started, call)
+        approved = action.state is ApprovalState.APPROVED
+        return call, self._resume_stages if approved else self._confirm_stages
+
+
+class Session:
+    """One conversation: a principal, a session id, and the current turn."""
+
+    def __init__(self, guard: Guard, session_id: str, principal: Principal) -> None:
+        self.guard = guard
+        self.id = session_id
+        self.principal = principal
+        self.turn = 1
+
+    def next_turn(self) -> None:
+        """Call on every new user message: the per-turn step budget starts again."""
+        self.turn += 1
+
+    def execute(
+        self,
+        name: str,
+        raw_arguments: str | Mapping[str, Any] | None,
+        *,
+        call_id: str | None = None,
+    ) -> ToolResult:
+        """Run one proposed call in this session. Never raises for anything the model sent."""
+        return self.guard.execute(self, name, raw_arguments, call_id=call_id)
+
+    async def aexecute(
+        self,
+        name: str,
+        raw_arguments: str | Mapping[str, Any] | None,
+        *,
+        call_id: str | None = None,
+    ) -> ToolResult:
+        """``execute`` for async hosts."""
+        return await self.guard.aexecute(self, name, raw_arguments, call_id=call_id)
+
+
+def _notify(method: Any, *args: Any) -> None:
+    # Telemetry never breaks a tool call: an observer that raises is logged, never propagated.
+    try:
+        method(*args)
+    except Exception:
+        log.exception("observer failed")
+
+
+_INTERNAL = "Something went wrong on our side. Do not retry; tell the user and offer a human agent."

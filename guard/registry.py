@@ -1,0 +1,267 @@
+"""Tool declarations: one pydantic model per tool is the single source of truth.
+
+The same argument model yields the JSON schema the model sees (see ``guard.providers``) and the strict
+validation the runtime enforces, so the two can never drift apart.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from enum import IntEnum, StrEnum
+from typing import Any, TypeAlias
+
+from pydantic import BaseModel
+
+from guard.errors import ConfigurationError
+from guard.session import Principal
+
+__all__ = [
+    "CheckContext",
+    "Effect",
+    "Handler",
+    "Prerequisite",
+    "RetryPolicy",
+    "Risk",
+    "ToolContext",
+    "ToolRegistry",
+    "ToolSpec",
+    "tool",
+]
+
+
+class Effect(StrEnum):
+    """Whether a tool changes the world. Writes get idempotency, confirmation and aggregate limits."""
+
+    READ = "read"
+    WRITE = "write"
+
+
+class Risk(IntEnum):
+    """How bad a wrong call is. Calls at or above the policy's ``confirm_at`` need a human."""
+
+    LOW = 1
+    MEDIUM = 2
+    HIGH = 3
+
+    def __str__(self) -> str:
+        return self.name.lower()
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RetryPolicy:
+    """Bounded retries with exponential backoff and full jitter, on transient failures only."""
+
+    attempts: int = 3
+    """Total attempts, the first included."""
+    base_delay: float = 0.05
+    """Seconds before the second attempt; doubled each time."""
+    max_delay: float = 1.0
+    """Cap on one backoff delay."""
+    jitter: bool = True
+    """Draw each delay uniformly from [0, delay] so a fleet does not retry in lockstep."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Prerequisite:
+    """Another tool that must have succeeded earlier in the session for the same record."""
+
+    tool: str
+    """The tool that must have run (``get_order``)."""
+    field: str
+    """The argument naming the record in both tools (``order_id``)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ToolContext:
+    """What a handler knows about the call besides its arguments. Authority comes from here."""
+
+    principal: Principal
+    """Who the session acts for."""
+    session_id: str
+    """The conversation."""
+    call_id: str | None
+    """The model's id for the call."""
+    idempotency_key: str | None
+    """Send this to the backend with every attempt of a write."""
+    attempt: int
+    """1 for the first attempt."""
+    timeout: float | None
+    """Seconds the handler may take; pass it on to its I/O."""
+    approval_id: str | None = None
+    """The human approval this call runs under, if any."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CheckContext:
+    """What a business check knows: who asks, and nothing the model could have forged."""
+
+    principal: Principal
+    """Who the session acts for."""
+    session_id: str
+    """The conversation."""
+
+
+Handler: TypeAlias = Callable[[Any, ToolContext], Any | Awaitable[Any]]
+"""Runs the tool: ``(validated arguments, ToolContext) -> result`` (sync or async)."""
+
+Check: TypeAlias = Callable[[Any, CheckContext], None]
+"""Checks arguments against current state; raises ``RuleViolation`` to refuse."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolSpec:
+    """Everything the guard needs to know about one tool."""
+
+    name: str
+    """The name the model calls (``refund_order``); versioned tools get their own (``refund_order_v2``)."""
+    description: str
+    """For the model: what the tool does, when to use it and when not."""
+    arguments: type[BaseModel]
+    """Argument model. Must forbid extra fields; validated strictly."""
+    handler: Handler
+    """The function that does the work."""
+    effect: Effect = Effect.READ
+    """Read or write."""
+    risk: Risk = Risk.LOW
+    """How much harm a wrong call does."""
+    scope: str | None = None
+    """The scope a session needs (``refunds:write``); None for none."""
+    check: Check | None = None
+    """Business rules against current state, run before confirmation and again after approval."""
+    prerequisite: Prerequisite | None = None
+    """A tool that must have succeeded earlier in the session for the same record."""
+    record_field: str | None = None
+    """The argument that names the record this tool touches; lets other tools require it first."""
+    result_model: type[BaseModel] | None = None
+    """The fields the model may see; everything else the handler returns is dropped."""
+    untrusted_output: bool = False
+    """The result carries outside text (web pages, e-mails): the session is tainted after it runs."""
+    timeout: float | None = 10.0
+    """Seconds per attempt."""
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    """How transient failures are retried."""
+    idempotent_backend: bool = True
+    """The backend deduplicates by idempotency key, so a write with an unknown outcome may be retried."""
+    version: str = "1"
+    """The contract's version; bump it (or add a ``_v2`` tool) when the arguments change."""
+    sensitive_fields: frozenset[str] = frozenset()
+    """Argument names whose values never leave the process unmasked."""
+
+    def __post_init__(self) -> None:
+        if self.arguments.model_config.get("extra") != "forbid":
+            raise ConfigurationError(
+                f"tool {self.name!r}: argument model {self.arguments.__name__} must set extra='forbid'"
+            )
+        if self.prerequisite and self.prerequisite.field not in self.arguments.model_fields:
+            raise ConfigurationError(
+                f"tool {self.name!r}: prerequisite field {self.prerequisite.field!r} is not an argument"
+            )
+        if self.record_field and self.record_field not in self.arguments.model_fields:
+            raise ConfigurationError(
+                f"tool {self.name!r}: record_field {self.record_field!r} is not an argument"
+            )
+        if self.retry.attempts < 1:
+            raise ConfigurationError(f"tool {self.name!r}: retry.attempts must be at least 1")
+        sensitive = frozenset(
+            name
+            for name, info in self.arguments.model_fields.items()
+            if isinstance(info.json_schema_extra, dict) and info.json_schema_extra.get("sensitive")
+        )
+        object.__setattr__(self, "sensitive_fields", self.sensitive_fields | sensitive)
+        object.__setattr__(self, "_is_async", inspect.iscoroutinefunction(self.handler))
+        object.__setattr__(self, "_schema", self.arguments.model_json_schema())
+
+    @property
+    def is_write(self) -> bool:
+        return self.effect is Effect.WRITE
+
+    @property
+    def is_async(self) -> bool:
+        """The handler is a coroutine function."""
+        return bool(getattr(self, "_is_async"))  # noqa: B009 - set in __post_init__ on a frozen class
+
+    @property
+    def json_schema(self) -> dict[str, Any]:
+        """The argument model's JSON schema (pydantic's draft 2020-12 rendering)."""
+        schema: dict[str, Any] = getattr(self, "_schema")  # noqa: B009
+        return schema
+
+    @property
+    def schema_hash(self) -> str:
+        """Short hash of name, version and argument schema: tells which contract a span was made under."""
+        cached: str | None = getattr(self, "_schema_hash", None)
+        if cached is None:
+            canonical = json.dumps(
+                {"name": self.name, "version": self.version, "schema": self.json_schema},
+                sort_keys=True,
+                separators=(",", ":"),
+            )
+            cached = hashlib.sha256(canonical.encode()).hexdigest()[:12]
+            object.__setattr__(self, "_schema_hash", cached)
+        return cached
+
+
+def tool(
+    *,
+    arguments: type[BaseModel],
+    name: str | None = None,
+    description: str | None = None,
+    **options: Any,
+) -> Callable[[Handler], ToolSpec]:
+    """Declare a tool from its handler: the name defaults to the function's, the description to its docstring.
+
+    ::
+
+        @tool(arguments=GetOrder, scope="orders:read", result_model=OrderView)
+        def get_order(args: GetOrder, ctx: ToolContext) -> dict[str, Any]:
+            \"\"\"Look up one order. Use before any refund.\"\"\"
+    """
+
+    def decorate(handler: Handler) -> ToolSpec:
+        doc = description or inspect.cleandoc(handler.__doc__ or "")
+        if not doc:
+            raise ConfigurationError(f"tool {name or handler.__name__!r} needs a description")
+        return ToolSpec(
+            name=name or handler.__name__,
+            description=doc,
+            arguments=arguments,
+            handler=handler,
+            **options,
+        )
+
+    return decorate
+
+
+class ToolRegistry(Mapping[str, ToolSpec]):
+    """The tools a guard knows, by name. Immutable once built."""
+
+    def __init__(self, tools: Iterable[ToolSpec]) -> None:
+        specs: dict[str, ToolSpec] = {}
+        for spec in tools:
+            if spec.name in specs:
+                raise ConfigurationError(f"tool {spec.name!r} is declared twice")
+            specs[spec.name] = spec
+        for spec in specs.values():
+            if spec.prerequisite and spec.prerequisite.tool not in specs:
+                raise ConfigurationError(
+                    f"tool {spec.name!r} requires unknown tool {spec.prerequisite.tool!r}"
+                )
+        self._specs = specs
+
+    def __getitem__(self, name: str) -> ToolSpec:
+        return self._specs[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._specs)
+
+    def __len__(self) -> int:
+        return len(self._specs)
+
+    def get(
+        self, name: str, default: Any = None
+    ) -> Any:  # fast path, skips Mapping.get's try/except
+        return self._specs.get(name, default)

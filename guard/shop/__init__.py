@@ -1,0 +1,23 @@
+"""The reference domain: a small shop's orders and refunds, shipped for tests, demos and examples."""
+
+from guard.shop.app import ROLE_SCOPES, ShopApp, build_shop, shop_policy
+from guard.shop.backend import POLICY_PAGES, Order, Refund, ShopBackend, default_orders
+from guard.shop.models import GetOrder, GetRefundStatus, RefundOrder, SearchRefundPolicy
+from guard.shop.tools import shop_tools
+
+__all__ = [
+    "POLICY_PAGES",
+    "ROLE_SCOPES",
+    "GetOrder",
+    "GetRefundStatus",
+    "Order",
+    "Refund",
+    "RefundOrder",
+    "SearchRefundPolicy",
+    "ShopApp",
+    "ShopBackend",
+    "build_shop",
+    "default_orders",
+    "shop_policy",
+    "shop_tools",
+]

@@ -1,0 +1,70 @@
+"""What a stage is, what it can reach, and how it answers."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from guard.call import Call
+from guard.clock import Clock
+from guard.codes import Code
+from guard.observe import Observer
+from guard.policy import Policy
+from guard.registry import ToolRegistry
+from guard.result import Outcome, ToolResult
+from guard.stores.base import ApprovalStore, CounterStore, IdempotencyStore
+
+__all__ = ["Env", "Stage", "digest", "reject"]
+
+
+class Stage(Protocol):
+    """One step of the pipeline: returns None to continue, or the call's final result."""
+
+    @property
+    def name(self) -> str:
+        """The stage's name in spans and records: ``budget``, ``resolve``, ..."""
+
+    def __call__(self, call: Call) -> ToolResult | None:
+        """Run against ``call``; may fill in fields of ``call`` for later stages."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Env:
+    """The ports every stage may use. Injected, never global."""
+
+    registry: ToolRegistry
+    policy: Policy
+    idempotency: IdempotencyStore
+    approvals: ApprovalStore
+    counters: CounterStore
+    clock: Clock
+    observer: Observer
+
+
+def reject(
+    call: Call,
+    code: Code,
+    message: str,
+    *,
+    data: dict[str, Any] | None = None,
+    outcome: Outcome = Outcome.NOT_APPLIED,
+    approval_id: str | None = None,
+) -> ToolResult:
+    """A final result for ``call`` that did not succeed."""
+    return ToolResult(
+        ok=False,
+        code=code,
+        message=message,
+        data=data,
+        outcome=outcome,
+        call_id=call.call_id,
+        tool=call.tool,
+        idempotency_key=call.idempotency_key,
+        approval_id=approval_id or (call.approval.id if call.approval else None),
+    )
+
+
+def digest(*parts: str) -> str:
+    """A short, collision-safe hash of ``parts`` (joined with a separator no part contains)."""
+    return hashlib.blake2b("\x1f".join(parts).encode(), digest_size=16).hexdigest()

@@ -1,0 +1,49 @@
+"""Stage 0: cheap ceilings that need no arguments: steps, rate, and the validation-failure budget."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from guard.call import Call
+from guard.codes import Code
+from guard.result import ToolResult
+from guard.stages.base import Env, reject
+
+__all__ = ["BudgetStage"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class BudgetStage:
+    """Every call counts as a step, rejected ones too: a model that keeps failing still burns budget."""
+
+    env: Env
+    name: str = "budget"
+
+    def __call__(self, call: Call) -> ToolResult | None:
+        policy, counters = self.env.policy, self.env.counters
+        now, ttl, sid = self.env.clock.now(), policy.session_ttl, call.session_id
+        call.step = counters.incr(f"steps:{sid}", now=now, ttl=ttl)
+        if call.step > policy.max_steps_per_session:
+            return reject(call, Code.STEP_LIMIT, _STOP + " This session used all its tool calls.")
+        turn_steps = counters.incr(f"turn:{sid}:{call.turn}", now=now, ttl=ttl)
+        if turn_steps > policy.max_steps_per_turn:
+            return reject(call, Code.STEP_LIMIT, _STOP + " This turn used all its tool calls.")
+        if (rate := policy.rate_limit) is not None:
+            window = int(now // rate.seconds)
+            used = counters.incr(f"rate:{sid}:{window}", now=now, ttl=rate.seconds * 2)
+            if used > rate.calls:
+                return reject(
+                    call, Code.RATE_LIMITED, "Too many tool calls too fast; wait, then retry once."
+                )
+        call.invalid_streak = counters.get(f"invalid:{sid}", now=now)
+        if call.invalid_streak >= policy.max_invalid_in_a_row:
+            return reject(
+                call,
+                Code.VALIDATION_BUDGET_EXHAUSTED,
+                f"{call.invalid_streak} invalid tool calls in a row. Stop calling tools: ask the user "
+                "for the missing information or hand the conversation to a human.",
+            )
+        return None
+
+
+_STOP = "Stop calling tools and answer the user with what you have, or hand over to a human."

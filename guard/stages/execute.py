@@ -1,0 +1,251 @@
+"""Stage 8: run the handler with a timeout, bounded retries, and the same idempotency key every time."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from guard.call import Call, Reservation, RetryRecord
+from guard.codes import Code
+from guard.errors import RuleViolation, TransientError
+from guard.registry import ToolContext
+from guard.result import Outcome, ToolResult
+from guard.stages.base import Env, reject
+from guard.stages.idempotency import stored
+from guard.stages.policy import taint_key
+from guard.stages.rules import seen_key
+
+__all__ = ["ExecuteStage"]
+
+log = logging.getLogger("guard")
+
+_INTERNAL = "Something went wrong on our side. Do not retry; tell the user and offer a human agent."
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ExecuteStage:
+    """The only stage that touches the world.
+
+    Failures are sorted by what they say about the world: ``RuleViolation`` is a refusal (nothing
+    happened, never retried); ``TransientError`` and ``ConnectionError`` mean the request was not
+    applied (retried); ``TimeoutError`` means it may have been (retried only when the backend honours
+    idempotency keys; if every attempt fails a write ends TIMEOUT with outcome unknown). Anything else
+    is a bug: logged with its traceback, and the model gets INTERNAL_ERROR.
+
+    Sync handlers run on the calling thread and get their timeout in ``ToolContext.timeout`` to pass
+    to their I/O; coroutine handlers are cancelled at the timeout.
+    """
+
+    env: Env
+    name: str = "execute"
+
+    def __call__(self, call: Call) -> ToolResult:
+        if (refused := self._reserve(call)) is not None:
+            return refused
+        spec = call.spec
+        assert spec is not None
+        while True:
+            context = self._context(call)
+            try:
+                if spec.is_async:
+                    output = asyncio.run(
+                        _bounded(spec.handler(call.arguments, context), spec.timeout)
+                    )
+                else:
+                    output = spec.handler(call.arguments, context)
+            except Exception as error:
+                after = self._failed(call, error)
+                if isinstance(after, ToolResult):
+                    return after
+                self.env.clock.sleep(after)
+                continue
+            return self._succeeded(call, output)
+
+    async def acall(self, call: Call) -> ToolResult:
+        """The same, for ``Guard.aexecute``: coroutine handlers are awaited on the running loop."""
+        if (refused := self._reserve(call)) is not None:
+            return refused
+        spec = call.spec
+        assert spec is not None
+        while True:
+            context = self._context(call)
+            try:
+                if spec.is_async:
+                    output = await _bounded(spec.handler(call.arguments, context), spec.timeout)
+                else:
+                    output = spec.handler(call.arguments, context)
+            except Exception as error:
+                after = self._failed(call, error)
+                if isinstance(after, ToolResult):
+                    return after
+                await self.env.clock.asleep(after)
+                continue
+            return self._succeeded(call, output)
+
+    def _reserve(self, call: Call) -> ToolResult | None:
+        counters, now = self.env.counters, self.env.clock.now()
+        taken: list[Reservation] = []
+        for share in call.reservations:
+            if not counters.add_within(
+                share.key, share.amount, share.limit, now=now, ttl=2 * 86_400
+            ):
+                for earlier in taken:
+                    counters.incr(earlier.key, -earlier.amount, now=now, ttl=2 * 86_400)
+                call.reservations.clear()
+                return reject(
+                    call,
+                    Code.POLICY_LIMIT,
+                    "The daily limit would be exceeded. Do not retry today; offer a human agent.",
+                )
+            taken.append(share)
+        return None
+
+    def _release(self, call: Call) -> None:
+        now = self.env.clock.now()
+        for share in call.reservations:
+            self.env.counters.incr(share.key, -share.amount, now=now, ttl=2 * 86_400)
+        call.reservations.clear()
+
+    def _context(self, call: Call) -> ToolContext:
+        assert call.spec is not None
+        call.attempts += 1
+        return ToolContext(
+            principal=call.principal,
+            session_id=call.session_id,
+            call_id=call.call_id,
+            idempotency_key=call.idempotency_key,
+            attempt=call.attempts,
+            timeout=call.spec.timeout,
+            approval_id=call.approval.id if call.approval else None,
+        )
+
+    def _failed(self, call: Call, error: Exception) -> ToolResult | float:
+        """The result that ends the call, or the seconds to wait before the next attempt."""
+        spec = call.spec
+        assert spec is not None
+        if isinstance(error, RuleViolation):
+            self._release(call)
+            return reject(call, error.code, error.message, data=error.data)
+        timed_out = isinstance(error, TimeoutError)
+        if not (timed_out or isinstance(error, TransientError | ConnectionError)):
+            log.error("tool %s raised", spec.name, exc_info=error)
+            return reject(
+                call,
+                Code.INTERNAL_ERROR,
+                _INTERNAL,
+                outcome=Outcome.UNKNOWN if spec.is_write else Outcome.NOT_APPLIED,
+            )
+        call.maybe_applied |= timed_out and spec.is_write
+        may_retry = not (call.maybe_applied and not spec.idempotent_backend)
+        if may_retry and call.attempts < spec.retry.attempts:
+            delay = _backoff(
+                spec.retry.base_delay, spec.retry.max_delay, call.attempts, spec.retry.jitter
+            )
+            retry = RetryRecord(
+                attempt=call.attempts, error=type(error).__name__, delay=delay, at_ns=time.time_ns()
+            )
+            call.retries.append(retry)
+            try:
+                self.env.observer.retry_scheduled(call, retry)
+            except Exception:
+                log.exception("observer failed on retry_scheduled")
+            return delay
+        if call.maybe_applied:
+            return reject(
+                call,
+                Code.TIMEOUT,
+                f"No answer in time: the action may or may not have happened (key "
+                f"{call.idempotency_key}). Do not retry it; check its status first.",
+                outcome=Outcome.UNKNOWN,
+            )
+        self._release(call)
+        return reject(
+            call,
+            Code.UPSTREAM_UNAVAILABLE,
+            "The service is unavailable right now. Nothing was done; tell the user to try later.",
+        )
+
+    def _succeeded(self, call: Call, output: Any) -> ToolResult:
+        spec, env = call.spec, self.env
+        assert spec is not None and call.arguments is not None
+        try:
+            data = _visible(spec.result_model, output)
+        except ValidationError:
+            log.exception("tool %s returned a result its result model rejects", spec.name)
+            return reject(call, Code.INTERNAL_ERROR, _INTERNAL, outcome=Outcome.APPLIED)
+        result = ToolResult(
+            ok=True,
+            code=Code.OK,
+            message=f"{spec.name} succeeded.",
+            data=data,
+            outcome=Outcome.APPLIED,
+            call_id=call.call_id,
+            tool=call.tool,
+            idempotency_key=call.idempotency_key,
+            approval_id=call.approval.id if call.approval else None,
+        )
+        now, policy = env.clock.now(), env.policy
+        if spec.is_write and call.idempotency_key is not None:
+            text = stored(result)
+            env.idempotency.complete(
+                call.idempotency_key,
+                call.fingerprint or "",
+                text,
+                now=now,
+                ttl=policy.idempotency_ttl,
+            )
+            if call.approval is not None:  # the model re-proposing the approved call gets a replay
+                env.idempotency.complete(
+                    call.approval.proposal_key,
+                    call.fingerprint or "",
+                    text,
+                    now=now,
+                    ttl=policy.idempotency_ttl,
+                )
+            call.claimed = False
+        if spec.record_field is not None:
+            record = getattr(call.arguments, spec.record_field)
+            env.counters.incr(
+                seen_key(call.session_id, spec.name, record), now=now, ttl=policy.session_ttl
+            )
+        if spec.untrusted_output:
+            env.counters.incr(taint_key(call.session_id), now=now, ttl=policy.session_ttl)
+            call.untrusted_text = _texts(data)
+        call.result_data = data
+        return result
+
+
+async def _bounded(awaitable: Any, timeout: float | None) -> Any:
+    return await asyncio.wait_for(awaitable, timeout)
+
+
+def _backoff(base: float, cap: float, attempt: int, jitter: bool) -> float:
+    delay = min(cap, base * 2 ** (attempt - 1))
+    return random.uniform(0, delay) if jitter else delay
+
+
+def _visible(model: type[BaseModel] | None, output: Any) -> dict[str, Any] | None:
+    """What the model may see: the result model's fields, nothing else the handler returned."""
+    if isinstance(output, BaseModel):
+        output = output.model_dump(mode="json")
+    if model is None:
+        if output is None or isinstance(output, dict):
+            return output
+        return {"value": output}
+    return model.model_validate(output).model_dump(mode="json")
+
+
+def _texts(data: Any) -> list[str]:
+    if isinstance(data, str):
+        return [data]
+    if isinstance(data, dict):
+        return [text for value in data.values() for text in _texts(value)]
+    if isinstance(data, list):
+        return [text for value in data for text in _texts(value)]
+    return []

@@ -1,0 +1,106 @@
+"""Stage 4: one logical call runs once. Repeats are replayed, loops stopped, concurrent twins held off."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from guard.call import Call
+from guard.codes import Code
+from guard.result import Outcome, ToolResult
+from guard.stages.base import Env, digest, reject
+from guard.stores.base import ClaimState
+
+__all__ = ["IdempotencyStage", "approval_key", "proposal_key"]
+
+
+def proposal_key(session_id: str, tool: str, canonical: str) -> str:
+    """The key of a proposed write: session, tool and canonical validated arguments."""
+    return "k_" + digest(session_id, tool, canonical)
+
+
+def approval_key(approval_id: str) -> str:
+    """The key of an approved action: the human approved one logical action, whatever the session does."""
+    return "a_" + digest(approval_id)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class IdempotencyStage:
+    """Counts identical calls for every tool; for writes, claims the key atomically before anything runs."""
+
+    env: Env
+    name: str = "idempotency"
+
+    def __call__(self, call: Call) -> ToolResult | None:
+        assert call.spec is not None and call.canonical is not None  # schema ran
+        spec, env, now = call.spec, self.env, self.env.clock.now()
+        call.fingerprint = digest(spec.name, call.canonical)
+        if call.approval is None:
+            seen = env.counters.incr(
+                f"loop:{call.session_id}:{call.fingerprint}", now=now, ttl=env.policy.session_ttl
+            )
+            if seen > env.policy.max_identical_calls:
+                return reject(
+                    call,
+                    Code.LOOP_DETECTED,
+                    f"You already made this exact call {seen - 1} times in this conversation. "
+                    "Use the previous result instead of calling again.",
+                )
+        if not spec.is_write:
+            return None
+        if call.approval is not None:
+            call.idempotency_key = approval_key(call.approval.id)
+        else:
+            call.idempotency_key = proposal_key(call.session_id, spec.name, call.canonical)
+        claim = env.idempotency.claim(
+            call.idempotency_key, call.fingerprint, now=now, lease=env.policy.claim_lease
+        )
+        if claim.state is ClaimState.CLAIMED:
+            call.claimed = True
+            return None
+        if claim.state is ClaimState.COMPLETED:
+            return replayed(call, claim.result or "{}")
+        if claim.state is ClaimState.IN_FLIGHT:
+            return reject(
+                call,
+                Code.IN_PROGRESS,
+                "An identical call is still running. Do not send it again; wait for its result.",
+            )
+        return reject(
+            call,
+            Code.IDEMPOTENCY_CONFLICT,
+            "This action was already recorded with different arguments. Do not retry it.",
+        )
+
+
+def stored(result: ToolResult) -> str:
+    """The JSON kept for replay: what the model saw, and what happened."""
+    return json.dumps(
+        {
+            "ok": result.ok,
+            "code": str(result.code),
+            "message": result.message,
+            "data": result.data,
+            "outcome": str(result.outcome),
+            "approval_id": result.approval_id,
+        },
+        separators=(",", ":"),
+    )
+
+
+def replayed(call: Call, text: str) -> ToolResult:
+    """The stored result of a completed write, marked as a replay."""
+    saved = json.loads(text)
+    return ToolResult(
+        ok=bool(saved.get("ok")),
+        code=Code[saved.get("code", "OK")],  # names equal values (a test keeps it so)
+        message="This call already ran; here is its original result. Nothing was done again. "
+        + saved.get("message", ""),
+        data=saved.get("data"),
+        replayed=True,
+        outcome=Outcome(saved.get("outcome", "applied")),
+        call_id=call.call_id,
+        tool=call.tool,
+        idempotency_key=call.idempotency_key,
+        approval_id=saved.get("approval_id"),
+    )

@@ -1,0 +1,37 @@
+"""Stores: the pipeline's only shared state. Protocols in ``base``; memory and SQLite backends."""
+
+from guard.stores.base import (
+    ApprovalState,
+    ApprovalStore,
+    Claim,
+    ClaimState,
+    CounterStore,
+    IdempotencyStore,
+    PendingAction,
+)
+from guard.stores.memory import MemoryApprovalStore, MemoryCounterStore, MemoryIdempotencyStore
+from guard.stores.sqlite import (
+    SQLiteApprovalStore,
+    SQLiteCounterStore,
+    SQLiteIdempotencyStore,
+    SQLiteStores,
+    open_sqlite_stores,
+)
+
+__all__ = [
+    "ApprovalState",
+    "ApprovalStore",
+    "Claim",
+    "ClaimState",
+    "CounterStore",
+    "IdempotencyStore",
+    "MemoryApprovalStore",
+    "MemoryCounterStore",
+    "MemoryIdempotencyStore",
+    "PendingAction",
+    "SQLiteApprovalStore",
+    "SQLiteCounterStore",
+    "SQLiteIdempotencyStore",
+    "SQLiteStores",
+    "open_sqlite_stores",
+]

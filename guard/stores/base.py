@@ -1,0 +1,148 @@
+"""Store protocols: the pipeline's only shared state, injected so hosts choose durability.
+
+Each protocol has an in-memory implementation (one process, bounded by expiry) and a SQLite one
+(durable across restarts, safe for several processes on one host).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from enum import StrEnum
+from typing import Protocol
+
+__all__ = [
+    "ApprovalState",
+    "ApprovalStore",
+    "Claim",
+    "ClaimState",
+    "CounterStore",
+    "IdempotencyStore",
+    "PendingAction",
+]
+
+
+class ClaimState(StrEnum):
+    CLAIMED = "claimed"
+    """The caller owns the key now and must complete or release it."""
+    IN_FLIGHT = "in_flight"
+    """Another caller owns the key and has not finished."""
+    COMPLETED = "completed"
+    """The write finished; ``Claim.result`` holds its stored result to replay."""
+    CONFLICT = "conflict"
+    """The key is known with a different fingerprint (other arguments)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Claim:
+    state: ClaimState
+    result: str | None = None
+    """The stored result (JSON text) when ``state`` is COMPLETED."""
+
+
+class IdempotencyStore(Protocol):
+    """Claims and results of writes, keyed by idempotency key."""
+
+    def claim(self, key: str, fingerprint: str, *, now: float, lease: float) -> Claim:
+        """Atomically take ``key`` unless someone holds it (for less than ``lease`` s) or it completed."""
+        ...
+
+    def complete(self, key: str, fingerprint: str, result: str, *, now: float, ttl: float) -> None:
+        """Record the result of ``key`` (upsert), replayable until ``now + ttl``."""
+        ...
+
+    def release(self, key: str) -> None:
+        """Give up a claim: nothing happened, a later identical call may run."""
+        ...
+
+    def purge(self, now: float) -> int:
+        """Delete expired entries; returns how many."""
+        ...
+
+
+class ApprovalState(StrEnum):
+    PENDING = "pending"
+    APPROVED = "approved"
+    DENIED = "denied"
+    EXPIRED = "expired"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PendingAction:
+    """A high-risk call held server-side until a human decides. The model never sees the store."""
+
+    id: str
+    """The approval id the host shows the approver."""
+    session_id: str
+    principal_id: str
+    role: str
+    scopes: tuple[str, ...]
+    tool: str
+    arguments: str
+    """The validated arguments, canonical JSON: exactly what the approver sees and what will run."""
+    fingerprint: str
+    """Hash of tool and arguments; approval is bound to it."""
+    proposal_key: str
+    """The idempotency key of the proposal; a repeated proposal finds this action again."""
+    call_id: str | None
+    reason: str
+    """Why a human is asked: the code (CONFIRMATION_REQUIRED or TAINTED_CONTEXT)."""
+    created_at: float
+    expires_at: float
+    state: ApprovalState = ApprovalState.PENDING
+    decided_by: str | None = None
+    decided_at: float | None = None
+
+    def decided(self, state: ApprovalState, *, by: str | None, at: float) -> PendingAction:
+        return replace(self, state=state, decided_by=by, decided_at=at)
+
+
+class ApprovalStore(Protocol):
+    """Pending actions and their decisions."""
+
+    def create(self, action: PendingAction) -> None:
+        """Store a new pending action."""
+        ...
+
+    def get(self, approval_id: str) -> PendingAction | None:
+        """The action, whatever its state; None if unknown."""
+        ...
+
+    def find_pending(self, proposal_key: str, *, now: float) -> PendingAction | None:
+        """An unexpired pending action for this proposal, so a repeated proposal reuses it."""
+        ...
+
+    def decide(self, approval_id: str, *, approve: bool, by: str, now: float) -> PendingAction | None:
+        """Atomically move PENDING to APPROVED or DENIED (EXPIRED if past its expiry).
+
+        Returns the action as it stands afterwards; an action already decided is returned unchanged,
+        so two approvers racing get one decision. None if unknown.
+        """
+        ...
+
+    def purge(self, now: float) -> int:
+        """Delete actions decided or expired long ago; returns how many."""
+        ...
+
+
+class CounterStore(Protocol):
+    """Integer counters with expiry: steps, rate windows, loops, streaks, daily sums, session marks."""
+
+    def incr(self, key: str, amount: int = 1, *, now: float, ttl: float) -> int:
+        """Add ``amount`` (creating the counter at 0) and return the new value; expiry is reset."""
+        ...
+
+    def get(self, key: str, *, now: float) -> int:
+        """The current value; 0 if absent or expired."""
+        ...
+
+    def reset(self, key: str) -> None:
+        """Delete the counter."""
+        ...
+
+    def add_within(self, key: str, amount: int, limit: int, *, now: float, ttl: float) -> bool:
+        """Atomically add ``amount`` only if the result stays ``<= limit``; True if added."""
+        ...
+
+    def purge(self, now: float) -> int:
+        """Delete expired counters; returns how many."""
+        ...

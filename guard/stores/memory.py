@@ -1,0 +1,330 @@
+"""In-memory stores: one process, thread-safe, bounded by expiry and by a hard cap on entries.
+
+Each store is a plain dict guarded by one lock. Memory stays flat as sessions come and go because
+every entry carries a deadline and a min-heap of deadlines is swept a little on every write:
+
+- a key has at most one heap item (``_queued`` tracks which), pushed when the key is first
+  inserted, so refreshing a hot counter costs no heap work at all;
+- when an item comes due, its entry is deleted if it really expired, or re-queued at its current
+  deadline if it was refreshed meanwhile; an item whose key is already gone is dropped;
+- each write pops at most ``_SWEEP_BATCH`` items, so a mass expiry is spread over many calls
+  instead of stalling one.
+
+``max_entries`` is a safety net for floods and misconfigured TTLs: inserting a new key into a full
+store evicts the entry due soonest, the one that would have gone first anyway.
+"""
+
+from __future__ import annotations
+
+import threading
+from heapq import heappop, heappush
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
+
+from guard.stores._rules import CLAIMED, approval_purge_at, claim_outcome, decision
+from guard.stores.base import (
+    ApprovalState,
+    ApprovalStore,
+    Claim,
+    CounterStore,
+    IdempotencyStore,
+    PendingAction,
+)
+
+__all__ = ["MemoryApprovalStore", "MemoryCounterStore", "MemoryIdempotencyStore"]
+
+_SWEEP_BATCH = 64
+"""Heap items one write may pop: enough to outpace insertions (at most one per write)."""
+
+DEFAULT_MAX_ENTRIES = 1_000_000
+
+
+class _Entry(Protocol):
+    expires_at: float
+
+
+_E = TypeVar("_E", bound=_Entry)
+
+
+class _ExpiringMap(Generic[_E]):
+    """A dict of entries with deadlines, swept lazily in deadline order and capped in size.
+
+    Subclass methods take ``self._lock`` themselves and call the ``_``-methods below under it.
+    """
+
+    __slots__ = ("_entries", "_heap", "_lock", "_max_entries", "_queued")
+
+    def __init__(self, *, max_entries: int) -> None:
+        if max_entries < 1:
+            raise ValueError(f"max_entries must be at least 1, got {max_entries}")
+        self._lock = threading.Lock()
+        self._entries: dict[str, _E] = {}
+        self._heap: list[tuple[float, str]] = []
+        self._queued: set[str] = set()
+        self._max_entries = max_entries
+
+    def __len__(self) -> int:
+        """Entries held, including expired ones not swept yet: what the memory bound is about."""
+        return len(self._entries)
+
+    def _tick(self, now: float) -> None:
+        # The common case is one comparison: nothing is due.
+        if self._heap and self._heap[0][0] < now:
+            self._sweep(now, _SWEEP_BATCH)
+
+    def _sweep(self, now: float, budget: int) -> int:
+        """Pop up to ``budget`` due heap items; returns how many entries were deleted."""
+        heap, entries, removed = self._heap, self._entries, 0
+        while budget > 0 and heap and heap[0][0] < now:
+            budget -= 1
+            _, key = heappop(heap)
+            entry = entries.get(key)
+            if entry is None:
+                self._queued.discard(key)
+            elif entry.expires_at < now:
+                self._delete(key, entry)
+                self._queued.discard(key)
+                removed += 1
+            else:
+                heappush(heap, (entry.expires_at, key))
+        return removed
+
+    def _put(self, key: str, entry: _E) -> None:
+        """Insert ``entry`` under a key that has none, evicting first if the store is full."""
+        if len(self._entries) >= self._max_entries:
+            self._evict()
+        self._entries[key] = entry
+        if key not in self._queued:
+            self._queued.add(key)
+            heappush(self._heap, (entry.expires_at, key))
+
+    def _evict(self) -> None:
+        """Delete the entry with the earliest deadline, whether or not it expired."""
+        heap, entries = self._heap, self._entries
+        while heap:
+            deadline, key = heappop(heap)
+            entry = entries.get(key)
+            if entry is not None and entry.expires_at > deadline:
+                # Refreshed since it was queued: re-queue at its real deadline and look again.
+                heappush(heap, (entry.expires_at, key))
+                continue
+            self._queued.discard(key)
+            if entry is not None:
+                self._delete(key, entry)
+                return
+
+    def _purge(self, now: float) -> int:
+        with self._lock:
+            removed = self._sweep(now, len(self._heap))
+            # The heap may hold a deadline later than the entry's (a refresh with a shorter ttl),
+            # so a full scan makes purge exact; it is an explicit, occasional call.
+            dead = [(k, e) for k, e in self._entries.items() if e.expires_at < now]
+            for key, entry in dead:
+                self._delete(key, entry)
+            return removed + len(dead)
+
+    def _delete(self, key: str, entry: _E) -> None:
+        """Remove ``key``; its heap item, if any, is dropped when it comes due."""
+        del self._entries[key]
+
+
+class _Record:
+    __slots__ = ("claimed_at", "expires_at", "fingerprint", "result")
+
+    def __init__(
+        self, fingerprint: str, result: str | None, claimed_at: float, expires_at: float
+    ) -> None:
+        self.fingerprint = fingerprint
+        self.result = result
+        """None while the key is claimed and in flight."""
+        self.claimed_at = claimed_at
+        self.expires_at = expires_at
+        """The end of the lease while claimed, of replay once completed."""
+
+
+class MemoryIdempotencyStore(_ExpiringMap[_Record]):
+    """Claims and results in a dict; see ``guard.stores._rules`` for the expiry and claim rules."""
+
+    __slots__ = ()
+
+    def __init__(self, *, max_entries: int = DEFAULT_MAX_ENTRIES) -> None:
+        super().__init__(max_entries=max_entries)
+
+    def claim(self, key: str, fingerprint: str, *, now: float, lease: float) -> Claim:
+        with self._lock:
+            self._tick(now)
+            record = self._entries.get(key)
+            if record is not None:
+                outcome = claim_outcome(
+                    stored_fingerprint=record.fingerprint,
+                    result=record.result,
+                    claimed_at=record.claimed_at,
+                    expires_at=record.expires_at,
+                    fingerprint=fingerprint,
+                    now=now,
+                    lease=lease,
+                )
+                if outcome is not None:
+                    return outcome
+                record.fingerprint, record.result = fingerprint, None
+                record.claimed_at, record.expires_at = now, now + lease
+                return CLAIMED
+            self._put(key, _Record(fingerprint, None, now, now + lease))
+            return CLAIMED
+
+    def complete(self, key: str, fingerprint: str, result: str, *, now: float, ttl: float) -> None:
+        with self._lock:
+            self._tick(now)
+            record = self._entries.get(key)
+            if record is None:
+                self._put(key, _Record(fingerprint, result, now, now + ttl))
+                return
+            record.fingerprint, record.result, record.expires_at = fingerprint, result, now + ttl
+
+    def release(self, key: str) -> None:
+        with self._lock:
+            record = self._entries.get(key)
+            if record is not None and record.result is None:
+                self._delete(key, record)
+
+    def purge(self, now: float) -> int:
+        return self._purge(now)
+
+
+class _Held:
+    __slots__ = ("action", "expires_at")
+
+    def __init__(self, action: PendingAction, expires_at: float) -> None:
+        self.action = action
+        self.expires_at = expires_at
+        """When the action may be purged (``approval_purge_at``), not when it stops being valid."""
+
+
+class MemoryApprovalStore(_ExpiringMap[_Held]):
+    """Pending actions in a dict, indexed by proposal key; decided ones kept for ``retention`` s."""
+
+    __slots__ = ("_by_proposal", "_retention")
+
+    def __init__(self, *, retention: float = 86_400.0, max_entries: int = 100_000) -> None:
+        super().__init__(max_entries=max_entries)
+        self._retention = retention
+        # Ids in creation order; usually one per proposal, since a repeat finds the pending one.
+        self._by_proposal: dict[str, list[str]] = {}
+
+    def create(self, action: PendingAction) -> None:
+        with self._lock:
+            self._tick(action.created_at)
+            if action.id in self._entries:
+                raise ValueError(f"approval id {action.id!r} already exists")
+            purge_at = approval_purge_at(
+                expires_at=action.expires_at,
+                decided_at=action.decided_at,
+                retention=self._retention,
+            )
+            self._put(action.id, _Held(action, purge_at))
+            self._by_proposal.setdefault(action.proposal_key, []).append(action.id)
+
+    def get(self, approval_id: str) -> PendingAction | None:
+        with self._lock:
+            held = self._entries.get(approval_id)
+            return None if held is None else held.action
+
+    def find_pending(self, proposal_key: str, *, now: float) -> PendingAction | None:
+        with self._lock:
+            for approval_id in reversed(self._by_proposal.get(proposal_key, ())):
+                action = self._entries[approval_id].action
+                if action.state is ApprovalState.PENDING and not action.expires_at < now:
+                    return action
+            return None
+
+    def decide(
+        self, approval_id: str, *, approve: bool, by: str, now: float
+    ) -> PendingAction | None:
+        with self._lock:
+            held = self._entries.get(approval_id)
+            if held is None:
+                return None
+            if held.action.state is not ApprovalState.PENDING:
+                return held.action
+            state = decision(approve=approve, expires_at=held.action.expires_at, now=now)
+            # Nobody decided an expired action; the approver merely arrived too late.
+            decided_by = None if state is ApprovalState.EXPIRED else by
+            held.action = held.action.decided(state, by=decided_by, at=now)
+            held.expires_at = approval_purge_at(
+                expires_at=held.action.expires_at, decided_at=now, retention=self._retention
+            )
+            return held.action
+
+    def purge(self, now: float) -> int:
+        return self._purge(now)
+
+    def _delete(self, key: str, entry: _Held) -> None:
+        super()._delete(key, entry)
+        proposal_key = entry.action.proposal_key
+        ids = self._by_proposal[proposal_key]
+        ids.remove(key)
+        if not ids:
+            del self._by_proposal[proposal_key]
+
+
+class _Counter:
+    __slots__ = ("expires_at", "value")
+
+    def __init__(self, value: int, expires_at: float) -> None:
+        self.value = value
+        self.expires_at = expires_at
+
+
+class MemoryCounterStore(_ExpiringMap[_Counter]):
+    """Counters in a dict, updated in place so the hot path allocates nothing for a known key."""
+
+    __slots__ = ()
+
+    def __init__(self, *, max_entries: int = DEFAULT_MAX_ENTRIES) -> None:
+        super().__init__(max_entries=max_entries)
+
+    def incr(self, key: str, amount: int = 1, *, now: float, ttl: float) -> int:
+        with self._lock:
+            self._tick(now)
+            counter = self._entries.get(key)
+            if counter is None:
+                self._put(key, _Counter(amount, now + ttl))
+                return amount
+            counter.value = amount if counter.expires_at < now else counter.value + amount
+            counter.expires_at = now + ttl
+            return counter.value
+
+    def get(self, key: str, *, now: float) -> int:
+        with self._lock:
+            counter = self._entries.get(key)
+            if counter is None or counter.expires_at < now:
+                return 0
+            return counter.value
+
+    def reset(self, key: str) -> None:
+        with self._lock:
+            counter = self._entries.get(key)
+            if counter is not None:
+                self._delete(key, counter)
+
+    def add_within(self, key: str, amount: int, limit: int, *, now: float, ttl: float) -> bool:
+        with self._lock:
+            self._tick(now)
+            counter = self._entries.get(key)
+            current = 0 if counter is None or counter.expires_at < now else counter.value
+            if current + amount > limit:
+                return False
+            if counter is None:
+                self._put(key, _Counter(amount, now + ttl))
+            else:
+                counter.value, counter.expires_at = current + amount, now + ttl
+            return True
+
+    def purge(self, now: float) -> int:
+        return self._purge(now)
+
+
+if TYPE_CHECKING:
+    # Protocols are structural: these lines make mypy prove each class still fits its protocol.
+    _idempotency: type[IdempotencyStore] = MemoryIdempotencyStore
+    _approvals: type[ApprovalStore] = MemoryApprovalStore
+    _counters: type[CounterStore] = MemoryCounterStore

@@ -1,0 +1,511 @@
+"""SQLite stores: durable across restarts, safe for several threads and processes on one host.
+
+How the guarantees are kept:
+
+- **WAL journal**: readers never block the writer and a crash never leaves a torn page.
+- **busy timeout**: a writer that finds the file locked waits for its turn instead of failing.
+- **Atomic read-decide-write**: every operation is either one statement (counter upserts) or one
+  ``BEGIN IMMEDIATE`` transaction (claims, decisions). IMMEDIATE takes the write lock *before* the
+  read, so two processes can never both see a key free and both claim it.
+- **One connection per thread**: a sqlite3 connection must not be used by two threads at once.
+  Connections are opened lazily per thread, those of ended threads are closed when a new one
+  opens, and ``close()`` closes the rest (hence ``check_same_thread=False``: close may run on
+  another thread, never concurrently with use).
+
+The expiry and claim rules are shared with the memory stores (``guard.stores._rules``). Expired
+rows read as absent; ``purge`` is the only thing that deletes them, so hosts call it periodically.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self
+
+from guard.stores._rules import CLAIMED, claim_outcome, decision
+from guard.stores.base import (
+    ApprovalState,
+    ApprovalStore,
+    Claim,
+    CounterStore,
+    IdempotencyStore,
+    PendingAction,
+)
+
+__all__ = [
+    "APPROVALS_DDL",
+    "COUNTERS_DDL",
+    "IDEMPOTENCY_DDL",
+    "SQLiteApprovalStore",
+    "SQLiteCounterStore",
+    "SQLiteIdempotencyStore",
+    "SQLiteStores",
+    "open_sqlite_stores",
+]
+
+Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
+
+IDEMPOTENCY_DDL = (
+    """
+    CREATE TABLE IF NOT EXISTS idempotency (
+        key         TEXT PRIMARY KEY,
+        fingerprint TEXT NOT NULL,
+        result      TEXT,           -- NULL while the key is claimed and in flight
+        claimed_at  REAL NOT NULL,
+        expires_at  REAL NOT NULL   -- end of the lease while claimed, of replay once completed
+    )
+    """,
+    "CREATE INDEX IF NOT EXISTS idempotency_expires_at ON idempotency (expires_at)",
+)
+
+APPROVALS_DDL = (
+    """
+    CREATE TABLE IF NOT EXISTS approvals (
+        id           TEXT PRIMARY KEY,
+        session_id   TEXT NOT NULL,
+        principal_id TEXT NOT NULL,
+        role         TEXT NOT NULL,
+        scopes       TEXT NOT NULL,  -- JSON array of strings
+        tool         TEXT NOT NULL,
+        arguments    TEXT NOT NULL,  -- canonical JSON: exactly what the approver saw
+        fingerprint  TEXT NOT NULL,
+        proposal_key TEXT NOT NULL,
+        call_id      TEXT,
+        reason       TEXT NOT NULL,
+        created_at   REAL NOT NULL,
+        expires_at   REAL NOT NULL,
+        state        TEXT NOT NULL,  -- an ApprovalState value
+        decided_by   TEXT,
+        decided_at   REAL
+    )
+    """,
+    "CREATE INDEX IF NOT EXISTS approvals_proposal_key ON approvals (proposal_key)",
+)
+
+COUNTERS_DDL = (
+    """
+    CREATE TABLE IF NOT EXISTS counters (
+        key        TEXT PRIMARY KEY,
+        value      INTEGER NOT NULL,
+        expires_at REAL NOT NULL
+    )
+    """,
+    "CREATE INDEX IF NOT EXISTS counters_expires_at ON counters (expires_at)",
+)
+
+
+class _SQLiteStore:
+    """Per-thread connections to one file, the schema, and the transaction helper."""
+
+    _DDL: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        busy_timeout: float = 5.0,
+        synchronous: Synchronous = "NORMAL",
+    ) -> None:
+        if synchronous not in ("OFF", "NORMAL", "FULL", "EXTRA"):
+            raise ValueError(f"unknown synchronous mode {synchronous!r}")
+        self._path = os.fspath(path)
+        self._busy_timeout = busy_timeout
+        # NORMAL in WAL mode survives any process crash; only an OS crash or power cut can lose
+        # the last commits. Hosts that need more pass "FULL" (an fsync per commit).
+        self._synchronous = synchronous
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._connections: list[tuple[threading.Thread, sqlite3.Connection]] = []
+        self._closed = False
+        try:
+            # journal_mode is persistent in the file and cannot change inside a transaction.
+            self._conn().execute("PRAGMA journal_mode = WAL")
+            with self._immediate() as conn:
+                for statement in self._DDL:
+                    conn.execute(statement)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Close every connection this store opened; using the store afterwards raises."""
+        with self._lock:
+            self._closed = True
+            for _, conn in self._connections:
+                conn.close()
+            self._connections.clear()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._connect()
+            self._local.conn = conn
+        return conn
+
+    def _connect(self) -> sqlite3.Connection:
+        with self._lock:
+            if self._closed:
+                raise sqlite3.ProgrammingError("Cannot operate on a closed store.")
+            # A server with a thread per request would otherwise keep one connection per request.
+            live = []
+            for thread, conn in self._connections:
+                if thread.is_alive():
+                    live.append((thread, conn))
+                else:
+                    conn.close()
+            # isolation_level=None: no implicit transactions; we BEGIN IMMEDIATE where it matters.
+            conn = sqlite3.connect(
+                self._path,
+                timeout=self._busy_timeout,
+                isolation_level=None,
+                check_same_thread=False,
+            )
+            conn.execute(f"PRAGMA synchronous = {self._synchronous}")
+            live.append((threading.current_thread(), conn))
+            self._connections = live
+            return conn
+
+    @contextmanager
+    def _immediate(self) -> Iterator[sqlite3.Connection]:
+        """A transaction holding the write lock from its first read, committed on success."""
+        conn = self._conn()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+
+
+_SELECT_RECORD = """
+SELECT fingerprint, result, claimed_at, expires_at FROM idempotency WHERE key = :key
+"""
+
+_UPSERT_CLAIM = """
+INSERT INTO idempotency (key, fingerprint, result, claimed_at, expires_at)
+VALUES (:key, :fingerprint, NULL, :now, :expires_at)
+ON CONFLICT (key) DO UPDATE SET
+    fingerprint = excluded.fingerprint,
+    result = NULL,
+    claimed_at = excluded.claimed_at,
+    expires_at = excluded.expires_at
+"""
+
+_UPSERT_RESULT = """
+INSERT INTO idempotency (key, fingerprint, result, claimed_at, expires_at)
+VALUES (:key, :fingerprint, :result, :now, :expires_at)
+ON CONFLICT (key) DO UPDATE SET
+    fingerprint = excluded.fingerprint,
+    result = excluded.result,
+    expires_at = excluded.expires_at
+"""
+
+
+class SQLiteIdempotencyStore(_SQLiteStore):
+    """Claims and results in the ``idempotency`` table; a claim is one IMMEDIATE transaction."""
+
+    _DDL = IDEMPOTENCY_DDL
+
+    def claim(self, key: str, fingerprint: str, *, now: float, lease: float) -> Claim:
+        with self._immediate() as conn:
+            row = conn.execute(_SELECT_RECORD, {"key": key}).fetchone()
+            if row is not None:
+                stored_fingerprint, result, claimed_at, expires_at = row
+                outcome = claim_outcome(
+                    stored_fingerprint=stored_fingerprint,
+                    result=result,
+                    claimed_at=claimed_at,
+                    expires_at=expires_at,
+                    fingerprint=fingerprint,
+                    now=now,
+                    lease=lease,
+                )
+                if outcome is not None:
+                    return outcome
+            params = {"key": key, "fingerprint": fingerprint, "now": now, "expires_at": now + lease}
+            conn.execute(_UPSERT_CLAIM, params)
+            return CLAIMED
+
+    def complete(self, key: str, fingerprint: str, result: str, *, now: float, ttl: float) -> None:
+        params = {
+            "key": key,
+            "fingerprint": fingerprint,
+            "result": result,
+            "now": now,
+            "expires_at": now + ttl,
+        }
+        self._conn().execute(_UPSERT_RESULT, params)
+
+    def release(self, key: str) -> None:
+        # Only an in-flight claim: a completed result must keep replaying.
+        self._conn().execute(
+            "DELETE FROM idempotency WHERE key = :key AND result IS NULL", {"key": key}
+        )
+
+    def purge(self, now: float) -> int:
+        cursor = self._conn().execute(
+            "DELETE FROM idempotency WHERE expires_at < :now", {"now": now}
+        )
+        return cursor.rowcount
+
+
+_APPROVAL_COLUMNS = (
+    "id",
+    "session_id",
+    "principal_id",
+    "role",
+    "scopes",
+    "tool",
+    "arguments",
+    "fingerprint",
+    "proposal_key",
+    "call_id",
+    "reason",
+    "created_at",
+    "expires_at",
+    "state",
+    "decided_by",
+    "decided_at",
+)
+_SELECT_APPROVALS = f"SELECT {', '.join(_APPROVAL_COLUMNS)} FROM approvals"
+
+_INSERT_APPROVAL = f"""
+INSERT INTO approvals ({", ".join(_APPROVAL_COLUMNS)})
+VALUES ({", ".join(":" + name for name in _APPROVAL_COLUMNS)})
+"""
+
+_FIND_PENDING = f"""
+{_SELECT_APPROVALS}
+WHERE proposal_key = :proposal_key AND state = 'pending' AND expires_at >= :now
+ORDER BY created_at DESC, rowid DESC
+LIMIT 1
+"""
+
+_DECIDE = """
+UPDATE approvals SET state = :state, decided_by = :decided_by, decided_at = :decided_at
+WHERE id = :id AND state = 'pending'
+"""
+
+# The SQL form of ``_rules.approval_purge_at``: retention after expiry or decision, if later.
+_PURGE_APPROVALS = """
+DELETE FROM approvals
+WHERE max(expires_at, coalesce(decided_at, expires_at)) + :retention < :now
+"""
+
+
+def _approval_params(action: PendingAction) -> dict[str, Any]:
+    params = {name: getattr(action, name) for name in _APPROVAL_COLUMNS}
+    params["scopes"] = json.dumps(list(action.scopes))
+    params["state"] = action.state.value
+    return params
+
+
+def _approval(row: tuple[Any, ...]) -> PendingAction:
+    values = dict(zip(_APPROVAL_COLUMNS, row, strict=True))
+    values["scopes"] = tuple(json.loads(values["scopes"]))
+    values["state"] = ApprovalState(values["state"])
+    return PendingAction(**values)
+
+
+class SQLiteApprovalStore(_SQLiteStore):
+    """Pending actions in the ``approvals`` table; decided ones kept for ``retention`` s."""
+
+    _DDL = APPROVALS_DDL
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        retention: float = 86_400.0,
+        busy_timeout: float = 5.0,
+        synchronous: Synchronous = "NORMAL",
+    ) -> None:
+        self._retention = retention
+        super().__init__(path, busy_timeout=busy_timeout, synchronous=synchronous)
+
+    def create(self, action: PendingAction) -> None:
+        try:
+            self._conn().execute(_INSERT_APPROVAL, _approval_params(action))
+        except sqlite3.IntegrityError as err:
+            raise ValueError(f"approval id {action.id!r} already exists") from err
+
+    def get(self, approval_id: str) -> PendingAction | None:
+        row = self._conn().execute(f"{_SELECT_APPROVALS} WHERE id = ?", (approval_id,)).fetchone()
+        return None if row is None else _approval(row)
+
+    def find_pending(self, proposal_key: str, *, now: float) -> PendingAction | None:
+        params = {"proposal_key": proposal_key, "now": now}
+        row = self._conn().execute(_FIND_PENDING, params).fetchone()
+        return None if row is None else _approval(row)
+
+    def decide(
+        self, approval_id: str, *, approve: bool, by: str, now: float
+    ) -> PendingAction | None:
+        with self._immediate() as conn:
+            row = conn.execute(f"{_SELECT_APPROVALS} WHERE id = ?", (approval_id,)).fetchone()
+            if row is None:
+                return None
+            action = _approval(row)
+            if action.state is not ApprovalState.PENDING:
+                return action
+            state = decision(approve=approve, expires_at=action.expires_at, now=now)
+            # Nobody decided an expired action; the approver merely arrived too late.
+            decided = action.decided(
+                state, by=None if state is ApprovalState.EXPIRED else by, at=now
+            )
+            params = {
+                "id": approval_id,
+                "state": state.value,
+                "decided_by": decided.decided_by,
+                "decided_at": now,
+            }
+            conn.execute(_DECIDE, params)
+            return decided
+
+    def purge(self, now: float) -> int:
+        params = {"retention": self._retention, "now": now}
+        return self._conn().execute(_PURGE_APPROVALS, params).rowcount
+
+
+# One statement each, so atomic without a transaction. An expired row restarts from zero, just
+# as if purge had deleted it.
+_INCR = """
+INSERT INTO counters (key, value, expires_at) VALUES (:key, :amount, :expires_at)
+ON CONFLICT (key) DO UPDATE SET
+    value = CASE WHEN counters.expires_at < :now THEN 0 ELSE counters.value END + excluded.value,
+    expires_at = excluded.expires_at
+RETURNING value
+"""
+
+# Adds only if the total stays within the limit; rowcount says whether it did. The WHERE on the
+# SELECT also keeps SQLite's parser from reading ON CONFLICT as a join constraint.
+_ADD_WITHIN = """
+INSERT INTO counters (key, value, expires_at)
+SELECT :key, :amount, :expires_at WHERE :amount <= :limit
+ON CONFLICT (key) DO UPDATE SET
+    value = CASE WHEN counters.expires_at < :now THEN 0 ELSE counters.value END + excluded.value,
+    expires_at = excluded.expires_at
+WHERE CASE WHEN counters.expires_at < :now THEN 0 ELSE counters.value END + excluded.value
+    <= :limit
+"""
+
+
+class SQLiteCounterStore(_SQLiteStore):
+    """Counters in the ``counters`` table, each update a single atomic upsert."""
+
+    _DDL = COUNTERS_DDL
+
+    def incr(self, key: str, amount: int = 1, *, now: float, ttl: float) -> int:
+        params = {"key": key, "amount": amount, "now": now, "expires_at": now + ttl}
+        # fetchall, not fetchone: the statement must run to completion to release its lock.
+        ((value,),) = self._conn().execute(_INCR, params).fetchall()
+        return int(value)
+
+    def get(self, key: str, *, now: float) -> int:
+        row = (
+            self._conn()
+            .execute(
+                "SELECT value FROM counters WHERE key = :key AND expires_at >= :now",
+                {"key": key, "now": now},
+            )
+            .fetchone()
+        )
+        return 0 if row is None else int(row[0])
+
+    def reset(self, key: str) -> None:
+        self._conn().execute("DELETE FROM counters WHERE key = :key", {"key": key})
+
+    def add_within(self, key: str, amount: int, limit: int, *, now: float, ttl: float) -> bool:
+        params = {
+            "key": key,
+            "amount": amount,
+            "limit": limit,
+            "now": now,
+            "expires_at": now + ttl,
+        }
+        return self._conn().execute(_ADD_WITHIN, params).rowcount == 1
+
+    def purge(self, now: float) -> int:
+        cursor = self._conn().execute("DELETE FROM counters WHERE expires_at < :now", {"now": now})
+        return cursor.rowcount
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SQLiteStores:
+    """The three SQLite stores on one file, closed together."""
+
+    idempotency: SQLiteIdempotencyStore
+    approvals: SQLiteApprovalStore
+    counters: SQLiteCounterStore
+
+    def close(self) -> None:
+        """Close all three stores."""
+        self.idempotency.close()
+        self.approvals.close()
+        self.counters.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def open_sqlite_stores(
+    path: str | os.PathLike[str],
+    *,
+    retention: float = 86_400.0,
+    busy_timeout: float = 5.0,
+    synchronous: Synchronous = "NORMAL",
+) -> SQLiteStores:
+    """Open (creating if needed) the idempotency, approval and counter stores on one file.
+
+    ``retention`` is how long decided or expired approvals are kept before ``purge`` deletes them.
+    """
+    opened: list[_SQLiteStore] = []
+    try:
+        idempotency = SQLiteIdempotencyStore(
+            path, busy_timeout=busy_timeout, synchronous=synchronous
+        )
+        opened.append(idempotency)
+        approvals = SQLiteApprovalStore(
+            path, retention=retention, busy_timeout=busy_timeout, synchronous=synchronous
+        )
+        opened.append(approvals)
+        counters = SQLiteCounterStore(path, busy_timeout=busy_timeout, synchronous=synchronous)
+    except BaseException:
+        for store in opened:
+            store.close()
+        raise
+    return SQLiteStores(idempotency=idempotency, approvals=approvals, counters=counters)
+
+
+if TYPE_CHECKING:
+    # Protocols are structural: these lines make mypy prove each class still fits its protocol.
+    _idempotency: type[IdempotencyStore] = SQLiteIdempotencyStore
+    _approvals: type[ApprovalStore] = SQLiteApprovalStore
+    _counters: type[CounterStore] = SQLiteCounterStore

@@ -1,0 +1,59 @@
+"""Fakes for tests, shipped so users can test their own tools the way callgate tests its own."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from guard.call import Call, RetryRecord, StageRecord
+from guard.result import ToolResult
+
+__all__ = ["ManualClock", "RecordingObserver"]
+
+
+class ManualClock:
+    """A clock that moves only when told: ``sleep`` advances it instantly, so backoff costs no time."""
+
+    def __init__(self, start: float = 1_767_225_600.0) -> None:  # 2026-01-01T00:00:00Z
+        self.time = start
+        self.slept: list[float] = []
+
+    def now(self) -> float:
+        return self.time
+
+    def advance(self, seconds: float) -> None:
+        self.time += seconds
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.time += seconds
+
+    async def asleep(self, seconds: float) -> None:
+        self.sleep(seconds)
+        await asyncio.sleep(0)
+
+
+@dataclass
+class RecordingObserver:
+    """Keeps every event, for assertions about what the pipeline reported."""
+
+    started: list[Call] = field(default_factory=list)
+    stages: list[tuple[Call, StageRecord]] = field(default_factory=list)
+    stage_starts: list[tuple[Call, str]] = field(default_factory=list)
+    retries: list[tuple[Call, RetryRecord]] = field(default_factory=list)
+    ended: list[tuple[Call, ToolResult]] = field(default_factory=list)
+
+    def call_started(self, call: Call) -> None:
+        self.started.append(call)
+
+    def stage_started(self, call: Call, stage: str) -> None:
+        self.stage_starts.append((call, stage))
+
+    def stage_ended(self, call: Call, record: StageRecord) -> None:
+        self.stages.append((call, record))
+
+    def retry_scheduled(self, call: Call, retry: RetryRecord) -> None:
+        self.retries.append((call, retry))
+
+    def call_ended(self, call: Call, result: ToolResult) -> None:
+        self.ended.append((call, result))

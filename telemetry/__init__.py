@@ -1,0 +1,1 @@
+"""callgate's OpenTelemetry side (in progress)."""

@@ -1,0 +1,231 @@
+"""The span contract: every span name and attribute callgate emits. The one interface analytics relies on.
+
+Names follow the OpenTelemetry GenAI semantic conventions where they exist (``gen_ai.*``,
+``error.type``) and live under ``guard.*`` otherwise. Attributes are added, never renamed: they are
+table columns downstream. ``docs/telemetry.md`` documents each one; a test keeps the two in step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = [
+    "APPROVAL_ID",
+    "APPROVAL_OUTCOME",
+    "APPROVER",
+    "ARGUMENTS",
+    "ATTEMPTS",
+    "CALL_ATTRIBUTES",
+    "CALL_SPAN_PREFIX",
+    "CODE",
+    "CONFIRMED",
+    "EFFECT",
+    "ERROR_TYPE",
+    "FIXABLE",
+    "GEN_AI_CONVERSATION_ID",
+    "GEN_AI_OPERATION_NAME",
+    "GEN_AI_TOOL_CALL_ARGUMENTS",
+    "GEN_AI_TOOL_CALL_ID",
+    "GEN_AI_TOOL_CALL_RESULT",
+    "GEN_AI_TOOL_NAME",
+    "GEN_AI_TOOL_TYPE",
+    "IDEMPOTENCY_KEY_HASH",
+    "INJECTION_DETECTED",
+    "INJECTION_RULE",
+    "INSTRUMENTATION_SCOPE",
+    "INVALID_FIELDS",
+    "MESSAGE",
+    "OK",
+    "OPERATION_EXECUTE_TOOL",
+    "OUTCOME",
+    "PRINCIPAL",
+    "REJECTED_STAGE",
+    "REPLAYED",
+    "RESUMED",
+    "RETRY_ATTEMPT",
+    "RETRY_DELAY",
+    "RETRY_ERROR",
+    "RETRY_EVENT",
+    "RISK",
+    "ROLE",
+    "SCHEMA_HASH",
+    "STAGE_ATTRIBUTES",
+    "STAGE_CODE",
+    "STAGE_NAME",
+    "STAGE_OUTCOME",
+    "STAGE_SPAN_PREFIX",
+    "STEP",
+    "TOOL_VERSION",
+    "TURN",
+    "UNTRUSTED",
+    "Attribute",
+]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Attribute:
+    """One attribute of the contract, as documented."""
+
+    name: str
+    type: str
+    """OTLP value type: string, bool, int, double, string[]."""
+    example: str
+    description: str
+
+
+# Span names
+CALL_SPAN_PREFIX = "execute_tool "
+"""The call span is named ``execute_tool {tool}`` (GenAI convention)."""
+STAGE_SPAN_PREFIX = "guard."
+"""Stage spans are named ``guard.{stage}``: budget, resolve, parse, schema, idempotency, rules,
+policy, confirm, execute."""
+OPERATION_EXECUTE_TOOL = "execute_tool"
+INSTRUMENTATION_SCOPE = "callgate.telemetry"
+"""The instrumentation scope of every span callgate emits."""
+
+# GenAI semantic conventions on the call span
+GEN_AI_OPERATION_NAME = "gen_ai.operation.name"
+GEN_AI_TOOL_NAME = "gen_ai.tool.name"
+GEN_AI_TOOL_CALL_ID = "gen_ai.tool.call.id"
+GEN_AI_TOOL_TYPE = "gen_ai.tool.type"
+GEN_AI_CONVERSATION_ID = "gen_ai.conversation.id"
+GEN_AI_TOOL_CALL_ARGUMENTS = "gen_ai.tool.call.arguments"
+GEN_AI_TOOL_CALL_RESULT = "gen_ai.tool.call.result"
+ERROR_TYPE = "error.type"
+
+# guard.* on the call span
+CODE = "guard.code"
+OK = "guard.ok"
+FIXABLE = "guard.fixable"
+REJECTED_STAGE = "guard.rejected_stage"
+REPLAYED = "guard.replayed"
+CONFIRMED = "guard.confirmed"
+RESUMED = "guard.resumed"
+APPROVAL_ID = "guard.approval.id"
+APPROVAL_OUTCOME = "guard.approval.outcome"
+APPROVER = "guard.approval.by"
+ATTEMPTS = "guard.attempts"
+OUTCOME = "guard.outcome"
+EFFECT = "guard.effect"
+RISK = "guard.risk"
+STEP = "guard.step"
+TURN = "guard.turn"
+TOOL_VERSION = "guard.tool.version"
+SCHEMA_HASH = "guard.tool.schema_hash"
+PRINCIPAL = "guard.principal"
+ROLE = "guard.role"
+IDEMPOTENCY_KEY_HASH = "guard.idempotency_key"
+ARGUMENTS = "guard.arguments"
+INVALID_FIELDS = "guard.invalid_fields"
+MESSAGE = "guard.message"
+UNTRUSTED = "guard.untrusted"
+INJECTION_DETECTED = "guard.injection.detected"
+INJECTION_RULE = "guard.injection.rule"
+
+# on stage spans
+STAGE_NAME = "guard.stage.name"
+STAGE_OUTCOME = "guard.stage.outcome"
+STAGE_CODE = "guard.code"
+
+# retry events on the execute stage span
+RETRY_EVENT = "guard.retry"
+RETRY_ATTEMPT = "guard.retry.attempt"
+RETRY_ERROR = "guard.retry.error"
+RETRY_DELAY = "guard.retry.delay_s"
+
+
+def _a(name: str, type_: str, example: str, description: str) -> Attribute:
+    return Attribute(name=name, type=type_, example=example, description=description)
+
+
+CALL_ATTRIBUTES: tuple[Attribute, ...] = (
+    _a(GEN_AI_OPERATION_NAME, "string", "execute_tool", "Always `execute_tool`."),
+    _a(GEN_AI_TOOL_NAME, "string", "refund_order", "The tool name as the model sent it."),
+    _a(GEN_AI_TOOL_CALL_ID, "string", "call_7f3a", "The model's id for the call."),
+    _a(GEN_AI_TOOL_TYPE, "string", "function", "Always `function`."),
+    _a(GEN_AI_CONVERSATION_ID, "string", "s-0042", "The session the call belongs to."),
+    _a(
+        GEN_AI_TOOL_CALL_ARGUMENTS,
+        "string",
+        '{"order_id":"ORD-1001"}',
+        "Masked arguments; only when content capture is on.",
+    ),
+    _a(
+        GEN_AI_TOOL_CALL_RESULT,
+        "string",
+        '{"order_id":"ORD-1001","status":"paid"}',
+        "Masked result data the model received; only when content capture is on.",
+    ),
+    _a(ERROR_TYPE, "string", "NOT_FOUND", "The reason code, when the call did not succeed."),
+    _a(CODE, "string", "INVALID_ARGUMENTS", "The reason code (`OK` on success)."),
+    _a(OK, "bool", "false", "The call succeeded (ran, or replayed a completed write)."),
+    _a(FIXABLE, "bool", "true", "The model can fix the call by resending it corrected."),
+    _a(REJECTED_STAGE, "string", "schema", "The stage that rejected the call; absent when ok."),
+    _a(REPLAYED, "bool", "false", "A repeated write answered from the idempotency store."),
+    _a(CONFIRMED, "bool", "true", "The call ran under a human approval."),
+    _a(
+        RESUMED, "bool", "false", "The call is the resumption of a pending action after a decision."
+    ),
+    _a(
+        APPROVER,
+        "string",
+        "p_7d1e9b0a3c55",
+        "Keyed hash of who decided a resumed call (approved, denied); absent for expiries.",
+    ),
+    _a(APPROVAL_ID, "string", "apr_1b2c3d", "The pending action the call created or resumed."),
+    _a(
+        APPROVAL_OUTCOME,
+        "string",
+        "approved",
+        "`pending` when the call asked for a human; `approved`, `denied` or `expired` on resumption.",
+    ),
+    _a(ATTEMPTS, "int", "2", "Handler attempts (0 when the handler never ran)."),
+    _a(
+        OUTCOME,
+        "string",
+        "applied",
+        "`applied`, `not_applied` or `unknown` (a write's fate unknown).",
+    ),
+    _a(EFFECT, "string", "write", "`read` or `write`; absent for unknown tools."),
+    _a(RISK, "string", "high", "`low`, `medium` or `high`; absent for unknown tools."),
+    _a(STEP, "int", "3", "The call's number in its session, from 1."),
+    _a(TURN, "int", "1", "The turn (user message) the call belongs to."),
+    _a(TOOL_VERSION, "string", "1", "The tool contract's version."),
+    _a(SCHEMA_HASH, "string", "9c1e0a4b2f7d", "Hash of name, version and argument schema."),
+    _a(PRINCIPAL, "string", "p_4f9a0c2e1b3d", "Keyed hash of the principal id: pseudonymous."),
+    _a(ROLE, "string", "customer", "The principal's role."),
+    _a(IDEMPOTENCY_KEY_HASH, "string", "k_0e4d2a9c", "Short hash of the idempotency key (writes)."),
+    _a(
+        MESSAGE,
+        "string",
+        "Order ORD-1001 is not refundable in USD; use BRL.",
+        "The message the model received, masked and capped.",
+    ),
+    _a(ARGUMENTS, "string", '{"order_id":"ORD-1001"}', "Masked arguments, always."),
+    _a(
+        INVALID_FIELDS,
+        "string[]",
+        '["/amount_cents"]',
+        "JSON pointers of the fields that failed validation (INVALID_ARGUMENTS).",
+    ),
+    _a(UNTRUSTED, "bool", "true", "The tool returned untrusted outside text."),
+    _a(
+        INJECTION_DETECTED,
+        "bool",
+        "true",
+        "Instruction-like text was found in an untrusted result.",
+    ),
+    _a(INJECTION_RULE, "string", "ignore_instructions", "The detector rule that matched."),
+)
+"""Attributes of the call span."""
+
+STAGE_ATTRIBUTES: tuple[Attribute, ...] = (
+    _a(STAGE_NAME, "string", "schema", "The stage."),
+    _a(
+        STAGE_OUTCOME, "string", "reject", "`pass`, `reject` or `final` (the call ended well here)."
+    ),
+    _a(
+        STAGE_CODE, "string", "INVALID_ARGUMENTS", "The code the stage ended the call with, if any."
+    ),
+)
+"""Attributes of stage spans."""

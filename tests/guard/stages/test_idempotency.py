@@ -1,0 +1,76 @@
+"""Stage 4: replays, loop guards, in-flight twins."""
+
+from __future__ import annotations
+
+from guard import Code
+from guard.shop import ShopApp
+from guard.testing import ManualClock
+from tests.guard.conftest import approved_refund, make_shop, order_args, refund_args
+
+
+class TestReplay:
+    def test_repeated_write_is_replayed(self, shop: ShopApp) -> None:
+        """The same refund proposed again after it ran returns the original result, no second refund."""
+        done = approved_refund(shop)
+        again = shop.session("s1", "CUS-1").execute("refund_order", refund_args())
+        assert done.ok and not done.replayed
+        assert again.ok and again.replayed
+        assert again.data == done.data
+        assert shop.backend.side_effects == 1
+
+    def test_approving_twice_replays(self, shop: ShopApp) -> None:
+        """A second approval of the same action replays; the backend is not called again."""
+        done = approved_refund(shop)
+        assert done.approval_id is not None
+        twice = shop.guard.approve(done.approval_id, by="agent-8")
+        assert twice.replayed and twice.data == done.data
+        assert shop.backend.side_effects == 1
+
+    def test_concurrent_identical_proposal_is_in_progress(
+        self, shop: ShopApp, clock: ManualClock
+    ) -> None:
+        """A proposal whose key another caller holds is refused IN_PROGRESS before rules run."""
+        from guard.stages.idempotency import proposal_key
+
+        session = shop.session("s1", "CUS-1")
+        session.execute("get_order", order_args())
+        probe = session.execute("refund_order", refund_args())
+        assert probe.code == "CONFIRMATION_REQUIRED"
+        canonical = (
+            '{"order_id":"ORD-1001","amount_cents":2590,"currency":"BRL","reason":"damaged"}'
+        )
+        key = proposal_key("s1", "refund_order", canonical)
+        from guard.stages.base import digest
+
+        fingerprint = digest("refund_order", canonical)
+        shop.guard.env.idempotency.claim(key, fingerprint, now=clock.now(), lease=60)
+        assert session.execute("refund_order", refund_args()).code == "IN_PROGRESS"
+
+
+class TestLoops:
+    def test_identical_reads_beyond_the_limit(self, clock: ManualClock) -> None:
+        """The fourth identical read is LOOP_DETECTED and tells the model to use the previous result."""
+        shop = make_shop(clock, max_identical_calls=3)
+        session = shop.session("s1", "CUS-1")
+        codes = [session.execute("get_order", order_args()).code for _ in range(4)]
+        assert codes == ["OK", "OK", "OK", "LOOP_DETECTED"]
+        assert shop.backend.requests == 3
+
+    def test_loops_count_canonical_calls(self, clock: ManualClock) -> None:
+        """Reformatted copies of a call count as the same call."""
+        shop = make_shop(clock, max_identical_calls=1)
+        session = shop.session("s1", "CUS-1")
+        assert session.execute("get_order", '{"order_id":"ORD-1001"}').ok
+        assert (
+            session.execute("get_order", '{ "order_id" : "ORD-1001" }').code == Code.LOOP_DETECTED
+        )
+
+    def test_repeated_writes_beyond_the_limit(self, clock: ManualClock) -> None:
+        """A write repeated past the limit is a loop, and still no second side effect."""
+        shop = make_shop(clock, max_identical_calls=2)
+        done = approved_refund(shop)
+        session = shop.session("s1", "CUS-1")
+        again = [session.execute("refund_order", refund_args()).code for _ in range(2)]
+        assert done.ok
+        assert again == ["OK", "LOOP_DETECTED"]
+        assert shop.backend.side_effects == 1

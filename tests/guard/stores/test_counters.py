@@ -1,0 +1,153 @@
+"""The CounterStore contract, run against every backend."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from guard.stores import CounterStore, MemoryCounterStore, SQLiteCounterStore
+from tests.guard.stores.threads import run_together
+
+TTL = 100.0
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[CounterStore]:
+    if request.param == "memory":
+        yield MemoryCounterStore()
+        return
+    sqlite_store = SQLiteCounterStore(tmp_path / "stores.db")
+    yield sqlite_store
+    sqlite_store.close()
+
+
+class TestIncr:
+    def test_incr_creates_the_counter(self, store: CounterStore) -> None:
+        """An absent counter starts at 0, so the first incr returns the amount."""
+        assert store.incr("c", 3, now=0.0, ttl=TTL) == 3
+
+    def test_incr_defaults_to_one_and_accumulates(self, store: CounterStore) -> None:
+        """Successive increments add up; the default amount is 1."""
+        assert [store.incr("c", now=0.0, ttl=TTL) for _ in range(3)] == [1, 2, 3]
+
+    def test_incr_accepts_negative_amounts(self, store: CounterStore) -> None:
+        """A negative amount gives back what an earlier incr took."""
+        store.incr("c", 10, now=0.0, ttl=TTL)
+        assert store.incr("c", -4, now=0.0, ttl=TTL) == 6
+
+    def test_incr_resets_the_expiry(self, store: CounterStore) -> None:
+        """Each incr extends the counter to now + ttl."""
+        store.incr("c", now=0.0, ttl=10.0)
+        store.incr("c", now=8.0, ttl=10.0)
+        assert store.get("c", now=15.0) == 2
+
+    def test_incr_after_expiry_starts_again(self, store: CounterStore) -> None:
+        """An expired counter counts from 0 again."""
+        store.incr("c", 5, now=0.0, ttl=10.0)
+        assert store.incr("c", 1, now=11.0, ttl=10.0) == 1
+
+    def test_counters_are_independent(self, store: CounterStore) -> None:
+        """Keys do not share values."""
+        store.incr("a", 5, now=0.0, ttl=TTL)
+        assert store.incr("b", now=0.0, ttl=TTL) == 1
+
+
+class TestGet:
+    def test_get_of_absent_counter_is_zero(self, store: CounterStore) -> None:
+        """An unknown counter reads as 0."""
+        assert store.get("c", now=0.0) == 0
+
+    def test_get_returns_the_current_value(self, store: CounterStore) -> None:
+        """get reads what incr left without changing it."""
+        store.incr("c", 7, now=0.0, ttl=TTL)
+        assert store.get("c", now=1.0) == 7
+        assert store.get("c", now=1.0) == 7
+
+    def test_get_sees_the_counter_through_its_expiry_only(self, store: CounterStore) -> None:
+        """A counter lives through now + ttl inclusive and reads 0 after."""
+        store.incr("c", 7, now=0.0, ttl=10.0)
+        assert store.get("c", now=10.0) == 7
+        assert store.get("c", now=10.5) == 0
+
+
+class TestReset:
+    def test_reset_deletes_the_counter(self, store: CounterStore) -> None:
+        """After reset the counter reads 0 and counts from 0."""
+        store.incr("c", 7, now=0.0, ttl=TTL)
+        store.reset("c")
+        assert store.get("c", now=0.0) == 0
+        assert store.incr("c", now=0.0, ttl=TTL) == 1
+
+    def test_reset_of_absent_counter_does_nothing(self, store: CounterStore) -> None:
+        """Resetting an unknown counter is harmless."""
+        store.reset("c")
+        assert store.get("c", now=0.0) == 0
+
+
+class TestAddWithin:
+    def test_adds_while_within_the_limit(self, store: CounterStore) -> None:
+        """An amount that keeps the total <= limit is added and True returned."""
+        assert store.add_within("c", 60, 100, now=0.0, ttl=TTL) is True
+        assert store.add_within("c", 40, 100, now=0.0, ttl=TTL) is True
+        assert store.get("c", now=0.0) == 100
+
+    def test_refuses_to_exceed_the_limit(self, store: CounterStore) -> None:
+        """An amount that would pass the limit is not added and False returned."""
+        store.add_within("c", 60, 100, now=0.0, ttl=TTL)
+        assert store.add_within("c", 41, 100, now=0.0, ttl=TTL) is False
+        assert store.get("c", now=0.0) == 60
+
+    def test_refuses_a_first_amount_over_the_limit(self, store: CounterStore) -> None:
+        """Even an absent counter is not created by an amount above the limit."""
+        assert store.add_within("c", 101, 100, now=0.0, ttl=TTL) is False
+        assert store.get("c", now=0.0) == 0
+
+    def test_refusal_leaves_the_expiry_alone(self, store: CounterStore) -> None:
+        """A refused add does not extend the counter's life."""
+        store.add_within("c", 60, 100, now=0.0, ttl=10.0)
+        store.add_within("c", 60, 100, now=9.0, ttl=10.0)
+        assert store.get("c", now=11.0) == 0
+
+    def test_success_resets_the_expiry(self, store: CounterStore) -> None:
+        """An accepted add extends the counter to now + ttl, like incr."""
+        store.add_within("c", 10, 100, now=0.0, ttl=10.0)
+        store.add_within("c", 10, 100, now=9.0, ttl=10.0)
+        assert store.get("c", now=15.0) == 20
+
+    def test_expired_counter_counts_from_zero(self, store: CounterStore) -> None:
+        """After expiry the whole limit is available again."""
+        store.add_within("c", 100, 100, now=0.0, ttl=10.0)
+        assert store.add_within("c", 100, 100, now=11.0, ttl=10.0) is True
+        assert store.get("c", now=11.0) == 100
+
+
+class TestPurge:
+    def test_purge_deletes_expired_counters(self, store: CounterStore) -> None:
+        """purge removes expired counters, returns how many, and keeps live ones."""
+        store.incr("old", now=0.0, ttl=10.0)
+        store.incr("older", now=0.0, ttl=5.0)
+        store.incr("live", now=0.0, ttl=TTL)
+        assert store.purge(11.0) == 2
+        assert store.get("live", now=11.0) == 1
+
+    def test_purge_of_empty_store_returns_zero(self, store: CounterStore) -> None:
+        """Nothing to delete, nothing counted."""
+        assert store.purge(1e9) == 0
+
+
+class TestConcurrency:
+    def test_parallel_incr_loses_no_update(self, store: CounterStore) -> None:
+        """Eight threads incrementing 100 times each leave exactly 800."""
+        run_together(8, lambda _: [store.incr("c", now=0.0, ttl=TTL) for _ in range(100)])
+        assert store.get("c", now=0.0) == 800
+
+    def test_parallel_add_within_never_exceeds_the_limit(self, store: CounterStore) -> None:
+        """Eight threads racing add_within on one counter stop exactly at the limit."""
+
+        def work(_: int) -> int:
+            return sum(store.add_within("c", 1, 150, now=0.0, ttl=TTL) for _ in range(50))
+
+        assert sum(run_together(8, work)) == 150
+        assert store.get("c", now=0.0) == 150

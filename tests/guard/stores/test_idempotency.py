@@ -1,0 +1,186 @@
+"""The IdempotencyStore contract, run against every backend."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from guard.stores import (
+    Claim,
+    ClaimState,
+    IdempotencyStore,
+    MemoryIdempotencyStore,
+    SQLiteIdempotencyStore,
+)
+from tests.guard.stores.threads import run_together
+
+LEASE = 60.0
+TTL = 3600.0
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[IdempotencyStore]:
+    if request.param == "memory":
+        yield MemoryIdempotencyStore()
+        return
+    sqlite_store = SQLiteIdempotencyStore(tmp_path / "stores.db")
+    yield sqlite_store
+    sqlite_store.close()
+
+
+def claim(store: IdempotencyStore, key: str = "k", fingerprint: str = "f", *, now: float) -> Claim:
+    return store.claim(key, fingerprint, now=now, lease=LEASE)
+
+
+class TestClaim:
+    def test_first_claim_takes_the_key(self, store: IdempotencyStore) -> None:
+        """A key nobody holds is CLAIMED, with no result."""
+        assert claim(store, now=0.0) == Claim(state=ClaimState.CLAIMED)
+
+    def test_second_identical_claim_is_in_flight(self, store: IdempotencyStore) -> None:
+        """While the owner works, an identical claim is told the write is IN_FLIGHT."""
+        claim(store, now=0.0)
+        assert claim(store, now=1.0).state is ClaimState.IN_FLIGHT
+
+    def test_claim_with_other_fingerprint_while_in_flight_conflicts(
+        self, store: IdempotencyStore
+    ) -> None:
+        """The same key with other arguments while in flight is a CONFLICT."""
+        claim(store, now=0.0)
+        assert claim(store, fingerprint="other", now=1.0).state is ClaimState.CONFLICT
+
+    def test_keys_are_independent(self, store: IdempotencyStore) -> None:
+        """Holding one key does not affect another."""
+        claim(store, "a", now=0.0)
+        assert claim(store, "b", now=0.0).state is ClaimState.CLAIMED
+
+
+class TestComplete:
+    def test_completed_key_replays_its_result(self, store: IdempotencyStore) -> None:
+        """After complete, an identical claim is COMPLETED with the stored result."""
+        claim(store, now=0.0)
+        store.complete("k", "f", '{"ok": true}', now=1.0, ttl=TTL)
+        assert claim(store, now=2.0) == Claim(state=ClaimState.COMPLETED, result='{"ok": true}')
+
+    def test_completed_key_with_other_fingerprint_conflicts(self, store: IdempotencyStore) -> None:
+        """The same key with other arguments after completion is a CONFLICT, not a replay."""
+        claim(store, now=0.0)
+        store.complete("k", "f", "{}", now=1.0, ttl=TTL)
+        assert claim(store, fingerprint="other", now=2.0) == Claim(state=ClaimState.CONFLICT)
+
+    def test_complete_without_claim_records_the_result(self, store: IdempotencyStore) -> None:
+        """complete is an upsert: it works on a key that was never claimed."""
+        store.complete("k", "f", '"r"', now=0.0, ttl=TTL)
+        assert claim(store, now=1.0) == Claim(state=ClaimState.COMPLETED, result='"r"')
+
+    def test_complete_again_replaces_the_result(self, store: IdempotencyStore) -> None:
+        """A second complete overwrites the result and the fingerprint."""
+        store.complete("k", "f", '"first"', now=0.0, ttl=TTL)
+        store.complete("k", "g", '"second"', now=1.0, ttl=TTL)
+        assert claim(store, fingerprint="g", now=2.0).result == '"second"'
+
+    def test_result_replays_through_its_ttl_then_expires(self, store: IdempotencyStore) -> None:
+        """A result replays until now + ttl inclusive; afterwards the key is free again."""
+        store.complete("k", "f", "{}", now=0.0, ttl=10.0)
+        assert claim(store, now=10.0).state is ClaimState.COMPLETED
+        assert claim(store, now=10.5).state is ClaimState.CLAIMED
+
+    def test_expired_result_is_free_for_other_arguments(self, store: IdempotencyStore) -> None:
+        """An expired result no longer conflicts: it behaves as if purged."""
+        store.complete("k", "f", "{}", now=0.0, ttl=10.0)
+        assert claim(store, fingerprint="other", now=11.0).state is ClaimState.CLAIMED
+
+
+class TestRelease:
+    def test_release_frees_an_in_flight_claim(self, store: IdempotencyStore) -> None:
+        """After release, the next identical call may claim the key and run."""
+        claim(store, now=0.0)
+        store.release("k")
+        assert claim(store, now=1.0).state is ClaimState.CLAIMED
+
+    def test_release_keeps_a_completed_result(self, store: IdempotencyStore) -> None:
+        """release never deletes a completed result: it must keep replaying."""
+        store.complete("k", "f", '"r"', now=0.0, ttl=TTL)
+        store.release("k")
+        assert claim(store, now=1.0) == Claim(state=ClaimState.COMPLETED, result='"r"')
+
+    def test_release_of_unknown_key_does_nothing(self, store: IdempotencyStore) -> None:
+        """Releasing a key nobody holds is harmless."""
+        store.release("nobody")
+        assert claim(store, "nobody", now=0.0).state is ClaimState.CLAIMED
+
+
+class TestLease:
+    def test_claim_within_lease_stays_in_flight(self, store: IdempotencyStore) -> None:
+        """Exactly at the end of the lease the owner still holds the key."""
+        claim(store, now=0.0)
+        assert claim(store, now=LEASE).state is ClaimState.IN_FLIGHT
+
+    def test_claim_past_lease_is_taken_over(self, store: IdempotencyStore) -> None:
+        """A claim older than the lease (a crashed owner) may be claimed again."""
+        claim(store, now=0.0)
+        assert claim(store, now=LEASE + 1.0).state is ClaimState.CLAIMED
+
+    def test_takeover_starts_a_new_lease(self, store: IdempotencyStore) -> None:
+        """After a takeover the new owner holds the key for a full lease."""
+        claim(store, now=0.0)
+        claim(store, now=LEASE + 1.0)
+        assert claim(store, now=LEASE + 2.0).state is ClaimState.IN_FLIGHT
+
+    def test_stale_claim_is_free_for_other_arguments(self, store: IdempotencyStore) -> None:
+        """A stale claim no longer conflicts: it behaves as if purged."""
+        claim(store, now=0.0)
+        assert claim(store, fingerprint="other", now=LEASE + 1.0).state is ClaimState.CLAIMED
+
+    def test_lease_is_the_callers(self, store: IdempotencyStore) -> None:
+        """Staleness is judged with the lease passed to the later claim."""
+        store.claim("k", "f", now=0.0, lease=100.0)
+        assert store.claim("k", "f", now=20.0, lease=10.0).state is ClaimState.CLAIMED
+
+
+class TestPurge:
+    def test_purge_deletes_expired_results_and_stale_claims(self, store: IdempotencyStore) -> None:
+        """purge removes what has expired and returns how many entries it deleted."""
+        store.complete("old-result", "f", "{}", now=0.0, ttl=10.0)
+        claim(store, "stale-claim", now=0.0)
+        store.complete("live-result", "f", "{}", now=0.0, ttl=TTL)
+        store.claim("live-claim", "f", now=0.0, lease=TTL)
+        assert store.purge(LEASE + 1.0) == 2
+
+    def test_purge_keeps_live_entries(self, store: IdempotencyStore) -> None:
+        """Live claims and results survive a purge unchanged."""
+        claim(store, "held", now=0.0)
+        store.complete("done", "f", '"r"', now=0.0, ttl=TTL)
+        store.purge(1.0)
+        assert claim(store, "held", now=2.0).state is ClaimState.IN_FLIGHT
+        assert claim(store, "done", now=2.0).result == '"r"'
+
+    def test_purged_key_can_be_claimed(self, store: IdempotencyStore) -> None:
+        """After purge a formerly completed key is free."""
+        store.complete("k", "f", "{}", now=0.0, ttl=10.0)
+        store.purge(11.0)
+        assert claim(store, now=12.0).state is ClaimState.CLAIMED
+
+    def test_purge_of_empty_store_returns_zero(self, store: IdempotencyStore) -> None:
+        """Nothing to delete, nothing counted."""
+        assert store.purge(1e9) == 0
+
+
+class TestConcurrency:
+    def test_eight_threads_claiming_one_key_yield_one_owner(self, store: IdempotencyStore) -> None:
+        """Of eight simultaneous identical claims exactly one is CLAIMED, the rest IN_FLIGHT."""
+        states = run_together(8, lambda _: claim(store, now=0.0).state)
+        assert states.count(ClaimState.CLAIMED) == 1
+        assert states.count(ClaimState.IN_FLIGHT) == 7
+
+    def test_threads_claiming_many_keys_each_get_one_owner(self, store: IdempotencyStore) -> None:
+        """Across 50 keys raced by 8 threads every key has exactly one owner."""
+        keys = [f"k{i}" for i in range(50)]
+
+        def work(_: int) -> list[str]:
+            return [k for k in keys if claim(store, k, now=0.0).state is ClaimState.CLAIMED]
+
+        claimed = [key for owned in run_together(8, work) for key in owned]
+        assert sorted(claimed) == sorted(keys)

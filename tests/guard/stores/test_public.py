@@ -1,0 +1,29 @@
+"""The public surface of guard.stores: one sorted, complete ``__all__``."""
+
+from __future__ import annotations
+
+import types
+
+import guard.stores
+
+
+class TestAll:
+    def test_all_is_sorted(self) -> None:
+        """__all__ is kept in sorted order so additions are easy to review."""
+        assert guard.stores.__all__ == sorted(guard.stores.__all__)
+
+    def test_all_lists_every_public_name(self) -> None:
+        """Every public, non-module name the package holds is exported, and nothing else."""
+        public = {
+            name
+            for name, value in vars(guard.stores).items()
+            if not name.startswith("_") and not isinstance(value, types.ModuleType)
+        }
+        assert set(guard.stores.__all__) == public
+
+    def test_every_implementation_is_exported(self) -> None:
+        """Each backend's classes are reachable from the package."""
+        for module in (guard.stores.memory, guard.stores.sqlite):
+            for name in module.__all__:
+                if name[0].isupper() and "DDL" not in name:
+                    assert name in guard.stores.__all__
