@@ -90,25 +90,56 @@ class Call:
     """The call runs under a human approval."""
     invalid_streak: int = 0
     """Invalid calls in a row before this one, as the budget stage read it."""
-    reservations: list[Reservation] = field(default_factory=list)
+    reservations: tuple[Reservation, ...] = ()
     """Daily-limit shares to take at execute, and give back if nothing happened."""
     maybe_applied: bool = False
     """An attempt timed out after the request was sent: a write may have taken effect."""
-    problems: list[Problem] = field(default_factory=list)
+    problems: tuple[Problem, ...] = ()
     attempts: int = 0
-    retries: list[RetryRecord] = field(default_factory=list)
-    stages: list[StageRecord] = field(default_factory=list)
+    retries: tuple[RetryRecord, ...] = ()
+    now: float = 0.0
+    """The clock's reading when the call entered the pipeline: one time for every stage's decision."""
+    chain: tuple[str, ...] = ()
+    """Names of the stages in the order they run for this call."""
+    marks: list[int] = field(default_factory=list)
+    """Stage boundaries in ns: stage ``i`` ran from ``marks[i]`` to ``marks[i + 1]``. One clock read
+    per boundary keeps the pipeline cheap; ``stages`` turns them into records when asked."""
     end_ns: int = 0
     result: ToolResult | None = None
-    untrusted_text: list[str] = field(default_factory=list)
+    untrusted_text: tuple[str, ...] = ()
     """Text of an untrusted result, for telemetry to scan for injected instructions."""
     result_data: dict[str, Any] | None = None
     """The filtered result the model received."""
 
     @property
+    def stages(self) -> list[StageRecord]:
+        """The stages that ran, in order, each with its timing and how it ended."""
+        ran = len(self.marks) - 1
+        records = [
+            StageRecord(
+                name=self.chain[i], start_ns=self.marks[i], end_ns=self.marks[i + 1], outcome="pass"
+            )
+            for i in range(ran)
+        ]
+        if records and self.result is not None:
+            last = records[-1]
+            last.outcome = "final" if self.result.ok else "reject"
+            last.code = self.result.code
+        return records
+
+    def stage_record(self, index: int, result: ToolResult | None) -> StageRecord:
+        """The record of stage ``index``, which just ended with ``result`` (None: it passed)."""
+        return StageRecord(
+            name=self.chain[index],
+            start_ns=self.marks[index],
+            end_ns=self.marks[index + 1],
+            outcome="pass" if result is None else "final" if result.ok else "reject",
+            code=None if result is None else result.code,
+        )
+
+    @property
     def rejected_stage(self) -> str | None:
         """The stage that ended the call unsuccessfully, if any."""
-        for stage in reversed(self.stages):
-            if stage.outcome == "reject":
-                return stage.name
-        return None
+        if self.result is None or self.result.ok or len(self.marks) < 2:
+            return None
+        return self.chain[len(self.marks) - 2]

@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from guard.call import Call, StageRecord
+from guard.call import Call
 from guard.clock import Clock, SystemClock
 from guard.codes import Code
 from guard.errors import GuardError
@@ -75,6 +75,12 @@ class Guard:
         self.stages: list[Stage] = default_chain(self.env)
         self._resume_stages = self.stages[1:]  # a resumed call already paid its budget
         self._confirm_stages = [s for s in self.stages if s.name == "confirm"]
+        self._names = {
+            id(chain): tuple(stage.name for stage in chain)
+            for chain in (self.stages, self._resume_stages, self._confirm_stages)
+        }
+        # The null observer is skipped outright: an uninstrumented guard pays nothing for observing.
+        self._live = not isinstance(self.env.observer, NullObserver)
 
     @property
     def observer(self) -> Observer:
@@ -93,7 +99,7 @@ class Guard:
         call_id: str | None = None,
     ) -> ToolResult:
         """Run one proposed call. Never raises for anything the model sent."""
-        call = self._start(session, name, raw_arguments, call_id)
+        call = self._start(session, name, raw_arguments, call_id, self.stages)
         return self._finish(call, self._run(call, self.stages))
 
     async def aexecute(
@@ -105,7 +111,7 @@ class Guard:
         call_id: str | None = None,
     ) -> ToolResult:
         """``execute`` for async hosts: coroutine handlers run on the caller's event loop."""
-        call = self._start(session, name, raw_arguments, call_id)
+        call = self._start(session, name, raw_arguments, call_id, self.stages)
         return self._finish(call, await self._arun(call, self.stages))
 
     def pending(self, approval_id: str) -> PendingAction | None:
@@ -128,49 +134,54 @@ class Guard:
     # -- the loop ---------------------------------------------------------------------------------
 
     def _run(self, call: Call, stages: list[Stage]) -> ToolResult:
-        observer = self.env.observer
+        if self._live:
+            return self._run_observed(call, stages)
+        marks = call.marks
+        marks.append(time.time_ns())
         for stage in stages:
-            _notify(observer.stage_started, call, stage.name)
-            start = time.time_ns()
             try:
                 result = stage(call)
             except Exception:
-                log.exception("stage %s raised", stage.name)
-                result = reject(call, Code.INTERNAL_ERROR, _INTERNAL)
-            if self._ended(call, stage.name, start, result):
-                assert result is not None
+                result = _stage_failed(call, stage)
+            marks.append(time.time_ns())
+            if result is not None:
+                return result
+        raise AssertionError("the execute stage always answers")  # pragma: no cover
+
+    def _run_observed(self, call: Call, stages: list[Stage]) -> ToolResult:
+        observer, marks = self.env.observer, call.marks
+        marks.append(time.time_ns())
+        for index, stage in enumerate(stages):
+            _notify(observer.stage_started, call, stage.name)
+            try:
+                result = stage(call)
+            except Exception:
+                result = _stage_failed(call, stage)
+            marks.append(time.time_ns())
+            _notify(observer.stage_ended, call, call.stage_record(index, result))
+            if result is not None:
                 return result
         raise AssertionError("the execute stage always answers")  # pragma: no cover
 
     async def _arun(self, call: Call, stages: list[Stage]) -> ToolResult:
-        observer = self.env.observer
-        for stage in stages:
-            _notify(observer.stage_started, call, stage.name)
-            start = time.time_ns()
+        observer, marks, live = self.env.observer, call.marks, self._live
+        marks.append(time.time_ns())
+        for index, stage in enumerate(stages):
+            if live:
+                _notify(observer.stage_started, call, stage.name)
             try:
                 if isinstance(stage, ExecuteStage):
                     result: ToolResult | None = await stage.acall(call)
                 else:
                     result = stage(call)
             except Exception:
-                log.exception("stage %s raised", stage.name)
-                result = reject(call, Code.INTERNAL_ERROR, _INTERNAL)
-            if self._ended(call, stage.name, start, result):
-                assert result is not None
+                result = _stage_failed(call, stage)
+            marks.append(time.time_ns())
+            if live:
+                _notify(observer.stage_ended, call, call.stage_record(index, result))
+            if result is not None:
                 return result
         raise AssertionError("the execute stage always answers")  # pragma: no cover
-
-    def _ended(self, call: Call, name: str, start: int, result: ToolResult | None) -> bool:
-        if result is None:
-            record = StageRecord(name=name, start_ns=start, end_ns=time.time_ns(), outcome="pass")
-        else:
-            outcome = "final" if result.ok else "reject"
-            record = StageRecord(
-                name=name, start_ns=start, end_ns=time.time_ns(), outcome=outcome, code=result.code
-            )
-        call.stages.append(record)
-        _notify(self.env.observer.stage_ended, call, record)
-        return result is not None
 
     # -- around the loop --------------------------------------------------------------------------
 
@@ -180,6 +191,7 @@ class Guard:
         name: str,
         raw_arguments: str | Mapping[str, Any] | None,
         call_id: str | None,
+        stages: list[Stage],
     ) -> Call:
         if raw_arguments is not None and not isinstance(raw_arguments, str):
             try:  # providers that send objects (Anthropic, MCP): keep the text form for the record
@@ -194,8 +206,11 @@ class Guard:
             principal=session.principal,
             turn=session.turn,
             start_ns=time.time_ns(),
+            now=self.env.clock.now(),
+            chain=self._names[id(stages)],
         )
-        _notify(self.env.observer.call_started, call)
+        if self._live:
+            _notify(self.env.observer.call_started, call)
         return call
 
     def _finish(self, call: Call, result: ToolResult) -> ToolResult:
@@ -206,14 +221,15 @@ class Guard:
             if call.step:  # the budget stage ran: keep the invalid streak
                 key = f"invalid:{call.session_id}"
                 if result.code in _INVALID:
-                    env.counters.incr(key, now=env.clock.now(), ttl=env.policy.session_ttl)
+                    env.counters.incr(key, now=call.now, ttl=env.policy.session_ttl)
                 elif call.invalid_streak and call.arguments is not None:
                     env.counters.reset(key)
         except Exception:
             log.exception("settling call %s failed", call.call_id)
         call.result = result
-        call.end_ns = time.time_ns()
-        _notify(env.observer.call_ended, call, result)
+        call.end_ns = call.marks[-1] if call.marks else time.time_ns()
+        if self._live:
+            _notify(env.observer.call_ended, call, result)
         return result
 
     def _settle_claim(self, call: Call, result: ToolResult) -> None:
@@ -225,7 +241,7 @@ class Guard:
                 call.idempotency_key,
                 call.fingerprint or "",
                 stored(result),
-                now=env.clock.now(),
+                now=call.now,
                 ttl=env.policy.idempotency_ttl,
             )
         else:
@@ -245,6 +261,8 @@ class Guard:
         principal = Principal(
             id=action.principal_id, role=action.role, scopes=frozenset(action.scopes)
         )
+        approved = action.state is ApprovalState.APPROVED
+        stages = self._resume_stages if approved else self._confirm_stages
         call = Call(
             tool=action.tool,
             raw_arguments=action.arguments,
@@ -253,13 +271,15 @@ class Guard:
             principal=principal,
             turn=0,
             start_ns=time.time_ns(),
+            now=self.env.clock.now(),
+            chain=self._names[id(stages)],
             approval=action,
             decision=str(action.state),
             spec=self.registry.get(action.tool),
         )
-        _notify(self.env.observer.call_started, call)
-        approved = action.state is ApprovalState.APPROVED
-        return call, self._resume_stages if approved else self._confirm_stages
+        if self._live:
+            _notify(self.env.observer.call_started, call)
+        return call, stages
 
 
 class Session:
@@ -294,6 +314,11 @@ class Session:
     ) -> ToolResult:
         """``execute`` for async hosts."""
         return await self.guard.aexecute(self, name, raw_arguments, call_id=call_id)
+
+
+def _stage_failed(call: Call, stage: Stage) -> ToolResult:
+    log.exception("stage %s raised", stage.name)
+    return reject(call, Code.INTERNAL_ERROR, _INTERNAL)
 
 
 def _notify(method: Any, *args: Any) -> None:

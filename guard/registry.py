@@ -75,9 +75,11 @@ class Prerequisite:
     """The argument naming the record in both tools (``order_id``)."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@dataclass(kw_only=True, slots=True)
 class ToolContext:
-    """What a handler knows about the call besides its arguments. Authority comes from here."""
+    """What a handler knows about the call besides its arguments. Authority comes from here.
+
+    Built for every attempt, so not ``frozen`` (three times the cost); handlers only read it."""
 
     principal: Principal
     """Who the session acts for."""
@@ -172,17 +174,45 @@ class ToolSpec:
             if isinstance(info.json_schema_extra, dict) and info.json_schema_extra.get("sensitive")
         )
         object.__setattr__(self, "sensitive_fields", self.sensitive_fields | sensitive)
-        object.__setattr__(self, "_is_async", inspect.iscoroutinefunction(self.handler))
+        # pydantic's validator and serializer called directly: half the cost of model_validate and
+        # model_dump_json, which matters on a path every call takes.
+        object.__setattr__(self, "_validator", self.arguments.__pydantic_validator__)
+        object.__setattr__(self, "_serializer", self.arguments.__pydantic_serializer__)
+        if self.result_model is not None:
+            object.__setattr__(self, "_result_validator", self.result_model.__pydantic_validator__)
+            object.__setattr__(
+                self, "_result_serializer", self.result_model.__pydantic_serializer__
+            )
+        object.__setattr__(self, "is_async", inspect.iscoroutinefunction(self.handler))
+        object.__setattr__(self, "is_write", self.effect is Effect.WRITE)
         object.__setattr__(self, "_schema", self.arguments.model_json_schema())
 
-    @property
-    def is_write(self) -> bool:
-        return self.effect is Effect.WRITE
+    is_write: bool = field(init=False, default=False)
+    """The tool changes the world (derived from ``effect``)."""
+    is_async: bool = field(init=False, default=False)
+    """The handler is a coroutine function (derived)."""
 
-    @property
-    def is_async(self) -> bool:
-        """The handler is a coroutine function."""
-        return bool(getattr(self, "_is_async"))  # noqa: B009 - set in __post_init__ on a frozen class
+    def validate(self, data: Any) -> BaseModel:
+        """Strict validation of decoded JSON into the argument model; raises ``ValidationError``."""
+        model: BaseModel = self._validator.validate_python(data, strict=True)  # type: ignore[attr-defined]
+        return model
+
+    def canonical(self, arguments: BaseModel) -> str:
+        """Compact JSON in declaration order: equal calls give equal text, however they were sent."""
+        text: bytes = self._serializer.to_json(arguments)  # type: ignore[attr-defined]
+        return text.decode()
+
+    def visible(self, output: Any) -> dict[str, Any] | None:
+        """What the model may see of a handler's output: the result model's fields, nothing else."""
+        if isinstance(output, BaseModel):
+            output = output.model_dump(mode="json")
+        if self.result_model is None:
+            if output is None or isinstance(output, dict):
+                return output
+            return {"value": output}
+        view = self._result_validator.validate_python(output)  # type: ignore[attr-defined]
+        data: dict[str, Any] = self._result_serializer.to_python(view, mode="json")  # type: ignore[attr-defined]
+        return data
 
     @property
     def json_schema(self) -> dict[str, Any]:

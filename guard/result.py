@@ -44,9 +44,12 @@ class Problem:
         return data
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@dataclass(kw_only=True, slots=True)
 class ToolResult:
-    """The outcome of one proposed call. ``execute`` returns one for everything the model sends."""
+    """The outcome of one proposed call. ``execute`` returns one for everything the model sends.
+
+    A value: treat it as immutable. (It is not ``frozen`` because a frozen dataclass costs three
+    times as much to build, and one is built on every call.)"""
 
     ok: bool
     """True when the tool ran and succeeded (or a completed write was replayed)."""

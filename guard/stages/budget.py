@@ -21,7 +21,7 @@ class BudgetStage:
 
     def __call__(self, call: Call) -> ToolResult | None:
         policy, counters = self.env.policy, self.env.counters
-        now, ttl, sid = self.env.clock.now(), policy.session_ttl, call.session_id
+        now, ttl, sid = call.now, policy.session_ttl, call.session_id
         call.step = counters.incr(f"steps:{sid}", now=now, ttl=ttl)
         if call.step > policy.max_steps_per_session:
             return reject(call, Code.STEP_LIMIT, _STOP + " This session used all its tool calls.")

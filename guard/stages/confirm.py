@@ -42,7 +42,7 @@ class ConfirmStage:
             reason = Code.CONFIRMATION_REQUIRED
         if reason is None:
             return None
-        now, approvals = self.env.clock.now(), self.env.approvals
+        now, approvals = call.now, self.env.approvals
         key = proposal_key(call.session_id, spec.name, call.canonical)
         action = approvals.find_pending(key, now=now) or self._create(call, key, reason, now)
         return reject(

@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from guard.call import Call, Reservation, RetryRecord
 from guard.codes import Code
@@ -97,7 +97,7 @@ class ExecuteStage:
             ):
                 for earlier in taken:
                     counters.incr(earlier.key, -earlier.amount, now=now, ttl=2 * 86_400)
-                call.reservations.clear()
+                call.reservations = ()
                 return reject(
                     call,
                     Code.POLICY_LIMIT,
@@ -110,7 +110,7 @@ class ExecuteStage:
         now = self.env.clock.now()
         for share in call.reservations:
             self.env.counters.incr(share.key, -share.amount, now=now, ttl=2 * 86_400)
-        call.reservations.clear()
+        call.reservations = ()
 
     def _context(self, call: Call) -> ToolContext:
         assert call.spec is not None
@@ -150,7 +150,7 @@ class ExecuteStage:
             retry = RetryRecord(
                 attempt=call.attempts, error=type(error).__name__, delay=delay, at_ns=time.time_ns()
             )
-            call.retries.append(retry)
+            call.retries += (retry,)
             try:
                 self.env.observer.retry_scheduled(call, retry)
             except Exception:
@@ -175,7 +175,7 @@ class ExecuteStage:
         spec, env = call.spec, self.env
         assert spec is not None and call.arguments is not None
         try:
-            data = _visible(spec.result_model, output)
+            data = spec.visible(output)
         except ValidationError:
             log.exception("tool %s returned a result its result model rejects", spec.name)
             return reject(call, Code.INTERNAL_ERROR, _INTERNAL, outcome=Outcome.APPLIED)
@@ -190,7 +190,7 @@ class ExecuteStage:
             idempotency_key=call.idempotency_key,
             approval_id=call.approval.id if call.approval else None,
         )
-        now, policy = env.clock.now(), env.policy
+        now, policy = (env.clock.now() if call.attempts > 1 else call.now), env.policy
         if spec.is_write and call.idempotency_key is not None:
             text = stored(result)
             env.idempotency.complete(
@@ -216,7 +216,7 @@ class ExecuteStage:
             )
         if spec.untrusted_output:
             env.counters.incr(taint_key(call.session_id), now=now, ttl=policy.session_ttl)
-            call.untrusted_text = _texts(data)
+            call.untrusted_text = tuple(_texts(data))
         call.result_data = data
         return result
 
@@ -228,17 +228,6 @@ async def _bounded(awaitable: Any, timeout: float | None) -> Any:
 def _backoff(base: float, cap: float, attempt: int, jitter: bool) -> float:
     delay = min(cap, base * 2 ** (attempt - 1))
     return random.uniform(0, delay) if jitter else delay
-
-
-def _visible(model: type[BaseModel] | None, output: Any) -> dict[str, Any] | None:
-    """What the model may see: the result model's fields, nothing else the handler returned."""
-    if isinstance(output, BaseModel):
-        output = output.model_dump(mode="json")
-    if model is None:
-        if output is None or isinstance(output, dict):
-            return output
-        return {"value": output}
-    return model.model_validate(output).model_dump(mode="json")
 
 
 def _texts(data: Any) -> list[str]:

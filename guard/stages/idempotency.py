@@ -33,7 +33,7 @@ class IdempotencyStage:
 
     def __call__(self, call: Call) -> ToolResult | None:
         assert call.spec is not None and call.canonical is not None  # schema ran
-        spec, env, now = call.spec, self.env, self.env.clock.now()
+        spec, env, now = call.spec, self.env, call.now
         call.fingerprint = digest(spec.name, call.canonical)
         if call.approval is None:
             seen = env.counters.incr(

@@ -22,6 +22,10 @@ def _no_constants(name: str) -> NoReturn:
     raise ValueError(f"{name} is not valid JSON")
 
 
+_DECODER = json.JSONDecoder(parse_constant=_no_constants)
+"""Built once: ``json.loads`` with options builds a new decoder on every call."""
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ParseStage:
     """Decodes ``call.raw_arguments`` into ``call.parsed``; anything but an object is refused."""
@@ -38,7 +42,7 @@ class ParseStage:
                 call, Code.INVALID_JSON, "Arguments are too large; send only the fields needed."
             )
         try:
-            parsed = json.loads(raw, parse_constant=_no_constants)
+            parsed = _DECODER.decode(raw)
         except (ValueError, RecursionError) as error:
             where = f" ({error})" if isinstance(error, json.JSONDecodeError) else ""
             return reject(

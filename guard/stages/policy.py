@@ -35,7 +35,7 @@ class PolicyStage:
         spec, arguments, env = call.spec, call.arguments, self.env
         assert spec is not None and arguments is not None  # schema ran
         role = env.policy.role(call.principal.role)
-        now = env.clock.now()
+        now = call.now
         for limit in role.limits if role else ():
             if limit.tool != spec.name:
                 continue
@@ -57,7 +57,7 @@ class PolicyStage:
                         f"The daily limit for {spec.name} would be exceeded. Do not retry today; "
                         "offer the user a human agent.",
                     )
-                call.reservations.append(Reservation(key=key, amount=value, limit=limit.per_day))
+                call.reservations += (Reservation(key=key, amount=value, limit=limit.per_day),)
         if (
             spec.is_write
             and call.approval is None

@@ -39,7 +39,7 @@ class RuleStage:
         if (need := spec.prerequisite) is not None:
             record = getattr(arguments, need.field)
             key = seen_key(call.session_id, need.tool, record)
-            if self.env.counters.get(key, now=self.env.clock.now()) == 0:
+            if self.env.counters.get(key, now=call.now) == 0:
                 return reject(
                     call,
                     Code.PREREQUISITE_MISSING,

@@ -33,11 +33,12 @@ class SchemaStage:
 
     def __call__(self, call: Call) -> ToolResult | None:
         assert call.spec is not None  # resolve ran
-        model = call.spec.arguments
         try:
-            arguments = model.model_validate(call.parsed, strict=True)
+            arguments = call.spec.validate(call.parsed)
         except ValidationError as error:
-            call.problems = problems_from(model, error.errors(include_url=False))
+            call.problems = tuple(
+                problems_from(call.spec.arguments, error.errors(include_url=False))
+            )
             listed = "; ".join(_sentence(p) for p in call.problems)
             return reject(
                 call,
@@ -47,7 +48,7 @@ class SchemaStage:
                 data={"problems": [p.to_dict() for p in call.problems]},
             )
         call.arguments = arguments
-        call.canonical = arguments.model_dump_json()
+        call.canonical = call.spec.canonical(arguments)
         return None
 
 

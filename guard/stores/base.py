@@ -111,7 +111,9 @@ class ApprovalStore(Protocol):
         """An unexpired pending action for this proposal, so a repeated proposal reuses it."""
         ...
 
-    def decide(self, approval_id: str, *, approve: bool, by: str, now: float) -> PendingAction | None:
+    def decide(
+        self, approval_id: str, *, approve: bool, by: str, now: float
+    ) -> PendingAction | None:
         """Atomically move PENDING to APPROVED or DENIED (EXPIRED if past its expiry).
 
         Returns the action as it stands afterwards; an action already decided is returned unchanged,
