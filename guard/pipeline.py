@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -79,6 +78,7 @@ class Guard:
             id(chain): tuple(stage.name for stage in chain)
             for chain in (self.stages, self._resume_stages, self._confirm_stages)
         }
+        self._time_ns = self.env.clock.time_ns
         # The null observer is skipped outright: an uninstrumented guard pays nothing for observing.
         self._live = not isinstance(self.env.observer, NullObserver)
 
@@ -137,27 +137,27 @@ class Guard:
         if self._live:
             return self._run_observed(call, stages)
         marks = call.marks
-        marks.append(time.time_ns())
+        marks.append(self._time_ns())
         for stage in stages:
             try:
                 result = stage(call)
             except Exception:
                 result = _stage_failed(call, stage)
-            marks.append(time.time_ns())
+            marks.append(self._time_ns())
             if result is not None:
                 return result
         raise AssertionError("the execute stage always answers")  # pragma: no cover
 
     def _run_observed(self, call: Call, stages: list[Stage]) -> ToolResult:
         observer, marks = self.env.observer, call.marks
-        marks.append(time.time_ns())
+        marks.append(self._time_ns())
         for index, stage in enumerate(stages):
             _notify(observer.stage_started, call, stage.name)
             try:
                 result = stage(call)
             except Exception:
                 result = _stage_failed(call, stage)
-            marks.append(time.time_ns())
+            marks.append(self._time_ns())
             _notify(observer.stage_ended, call, call.stage_record(index, result))
             if result is not None:
                 return result
@@ -165,7 +165,7 @@ class Guard:
 
     async def _arun(self, call: Call, stages: list[Stage]) -> ToolResult:
         observer, marks, live = self.env.observer, call.marks, self._live
-        marks.append(time.time_ns())
+        marks.append(self._time_ns())
         for index, stage in enumerate(stages):
             if live:
                 _notify(observer.stage_started, call, stage.name)
@@ -176,7 +176,7 @@ class Guard:
                     result = stage(call)
             except Exception:
                 result = _stage_failed(call, stage)
-            marks.append(time.time_ns())
+            marks.append(self._time_ns())
             if live:
                 _notify(observer.stage_ended, call, call.stage_record(index, result))
             if result is not None:
@@ -205,7 +205,7 @@ class Guard:
             session_id=session.id,
             principal=session.principal,
             turn=session.turn,
-            start_ns=time.time_ns(),
+            start_ns=self._time_ns(),
             now=self.env.clock.now(),
             chain=self._names[id(stages)],
         )
@@ -227,7 +227,7 @@ class Guard:
         except Exception:
             log.exception("settling call %s failed", call.call_id)
         call.result = result
-        call.end_ns = call.marks[-1] if call.marks else time.time_ns()
+        call.end_ns = call.marks[-1] if call.marks else self._time_ns()
         if self._live:
             _notify(env.observer.call_ended, call, result)
         return result
@@ -270,7 +270,7 @@ class Guard:
             session_id=action.session_id,
             principal=principal,
             turn=0,
-            start_ns=time.time_ns(),
+            start_ns=self._time_ns(),
             now=self.env.clock.now(),
             chain=self._names[id(stages)],
             approval=action,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass, field
 
 from guard.call import Call, RetryRecord, StageRecord
@@ -12,21 +13,30 @@ __all__ = ["ManualClock", "RecordingObserver"]
 
 
 class ManualClock:
-    """A clock that moves only when told: ``sleep`` advances it instantly, so backoff costs no time."""
+    """A clock that moves only when told: ``sleep`` advances it instantly, so backoff costs no time.
+
+    ``time_ns`` (span timestamps) is the manual time plus the real time elapsed since the last
+    move, so stage durations stay real while calls land where the test or the demo put them.
+    """
 
     def __init__(self, start: float = 1_767_225_600.0) -> None:  # 2026-01-01T00:00:00Z
         self.time = start
         self.slept: list[float] = []
+        self._moved_at = time.perf_counter_ns()
 
     def now(self) -> float:
         return self.time
 
+    def time_ns(self) -> int:
+        return int(self.time * 1e9) + (time.perf_counter_ns() - self._moved_at)
+
     def advance(self, seconds: float) -> None:
         self.time += seconds
+        self._moved_at = time.perf_counter_ns()
 
     def sleep(self, seconds: float) -> None:
         self.slept.append(seconds)
-        self.time += seconds
+        self.advance(seconds)
 
     async def asleep(self, seconds: float) -> None:
         self.sleep(seconds)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -148,7 +147,10 @@ class ExecuteStage:
                 spec.retry.base_delay, spec.retry.max_delay, call.attempts, spec.retry.jitter
             )
             retry = RetryRecord(
-                attempt=call.attempts, error=type(error).__name__, delay=delay, at_ns=time.time_ns()
+                attempt=call.attempts,
+                error=type(error).__name__,
+                delay=delay,
+                at_ns=self.env.clock.time_ns(),
             )
             call.retries += (retry,)
             try:
