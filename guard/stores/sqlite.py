@@ -7,10 +7,7 @@ How the guarantees are kept:
 - **Atomic read-decide-write**: every operation is either one statement (counter upserts) or one
   ``BEGIN IMMEDIATE`` transaction (claims, decisions). IMMEDIATE takes the write lock *before* the
   read, so two processes can never both see a key free and both claim it.
-- **One connection per thread**: a sqlite3 connection must not be used by two threads at once.
-  Connections are opened lazily per thread, those of ended threads are closed when a new one
-  opens, and ``close()`` closes the rest (hence ``check_same_thread=False``: close may run on
-  another thread, never concurrently with use).
+- **One connection per thread** (``guard.stores._sqlite_base``), all closed by ``close()``.
 
 The expiry and claim rules are shared with the memory stores (``guard.stores._rules``). Expired
 rows read as absent; ``purge`` is the only thing that deletes them, so hosts call it periodically.
@@ -21,14 +18,12 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from guard.stores._rules import CLAIMED, claim_outcome, decision
+from guard.stores._sqlite_base import SQLiteStoreBase, Synchronous
 from guard.stores.base import (
     ApprovalState,
     ApprovalStore,
@@ -48,8 +43,6 @@ __all__ = [
     "SQLiteStores",
     "open_sqlite_stores",
 ]
-
-Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 
 IDEMPOTENCY_DDL = (
     """
@@ -100,102 +93,6 @@ COUNTERS_DDL = (
 )
 
 
-class _SQLiteStore:
-    """Per-thread connections to one file, the schema, and the transaction helper."""
-
-    _DDL: ClassVar[tuple[str, ...]] = ()
-
-    def __init__(
-        self,
-        path: str | os.PathLike[str],
-        *,
-        busy_timeout: float = 5.0,
-        synchronous: Synchronous = "NORMAL",
-    ) -> None:
-        if synchronous not in ("OFF", "NORMAL", "FULL", "EXTRA"):
-            raise ValueError(f"unknown synchronous mode {synchronous!r}")
-        self._path = os.fspath(path)
-        self._busy_timeout = busy_timeout
-        # NORMAL in WAL mode survives any process crash; only an OS crash or power cut can lose
-        # the last commits. Hosts that need more pass "FULL" (an fsync per commit).
-        self._synchronous = synchronous
-        self._local = threading.local()
-        self._lock = threading.Lock()
-        self._connections: list[tuple[threading.Thread, sqlite3.Connection]] = []
-        self._closed = False
-        try:
-            # journal_mode is persistent in the file and cannot change inside a transaction.
-            self._conn().execute("PRAGMA journal_mode = WAL")
-            with self._immediate() as conn:
-                for statement in self._DDL:
-                    conn.execute(statement)
-        except BaseException:
-            self.close()
-            raise
-
-    def close(self) -> None:
-        """Close every connection this store opened; using the store afterwards raises."""
-        with self._lock:
-            self._closed = True
-            for _, conn in self._connections:
-                conn.close()
-            self._connections.clear()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    def _conn(self) -> sqlite3.Connection:
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = self._connect()
-            self._local.conn = conn
-        return conn
-
-    def _connect(self) -> sqlite3.Connection:
-        with self._lock:
-            if self._closed:
-                raise sqlite3.ProgrammingError("Cannot operate on a closed store.")
-            # A server with a thread per request would otherwise keep one connection per request.
-            live = []
-            for thread, conn in self._connections:
-                if thread.is_alive():
-                    live.append((thread, conn))
-                else:
-                    conn.close()
-            # isolation_level=None: no implicit transactions; we BEGIN IMMEDIATE where it matters.
-            conn = sqlite3.connect(
-                self._path,
-                timeout=self._busy_timeout,
-                isolation_level=None,
-                check_same_thread=False,
-            )
-            conn.execute(f"PRAGMA synchronous = {self._synchronous}")
-            live.append((threading.current_thread(), conn))
-            self._connections = live
-            return conn
-
-    @contextmanager
-    def _immediate(self) -> Iterator[sqlite3.Connection]:
-        """A transaction holding the write lock from its first read, committed on success."""
-        conn = self._conn()
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield conn
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-
-
 _SELECT_RECORD = """
 SELECT fingerprint, result, claimed_at, expires_at FROM idempotency WHERE key = :key
 """
@@ -220,7 +117,7 @@ ON CONFLICT (key) DO UPDATE SET
 """
 
 
-class SQLiteIdempotencyStore(_SQLiteStore):
+class SQLiteIdempotencyStore(SQLiteStoreBase):
     """Claims and results in the ``idempotency`` table; a claim is one IMMEDIATE transaction."""
 
     _DDL = IDEMPOTENCY_DDL
@@ -326,7 +223,7 @@ def _approval(row: tuple[Any, ...]) -> PendingAction:
     return PendingAction(**values)
 
 
-class SQLiteApprovalStore(_SQLiteStore):
+class SQLiteApprovalStore(SQLiteStoreBase):
     """Pending actions in the ``approvals`` table; decided ones kept for ``retention`` s."""
 
     _DDL = APPROVALS_DDL
@@ -409,7 +306,7 @@ WHERE CASE WHEN counters.expires_at < :now THEN 0 ELSE counters.value END + excl
 """
 
 
-class SQLiteCounterStore(_SQLiteStore):
+class SQLiteCounterStore(SQLiteStoreBase):
     """Counters in the ``counters`` table, each update a single atomic upsert."""
 
     _DDL = COUNTERS_DDL
@@ -486,7 +383,7 @@ def open_sqlite_stores(
 
     ``retention`` is how long decided or expired approvals are kept before ``purge`` deletes them.
     """
-    opened: list[_SQLiteStore] = []
+    opened: list[SQLiteStoreBase] = []
     try:
         idempotency = SQLiteIdempotencyStore(
             path, busy_timeout=busy_timeout, synchronous=synchronous

@@ -5,8 +5,10 @@ from __future__ import annotations
 import multiprocessing
 import sqlite3
 import threading
+from collections.abc import Callable
 from multiprocessing.synchronize import Barrier
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,7 +32,7 @@ def _claim_keys(path: str, barrier: Barrier, results: multiprocessing.Queue[list
     """Child process: open its own store, wait for the other, claim every key, report wins."""
     store = SQLiteIdempotencyStore(path)
     try:
-        barrier.wait()
+        barrier.wait(timeout=30)
         won = [
             k
             for k in KEYS
@@ -45,7 +47,7 @@ def _add_within(path: str, barrier: Barrier, results: multiprocessing.Queue[int]
     """Child process: race add_within on one counter and report how many adds succeeded."""
     store = SQLiteCounterStore(path)
     try:
-        barrier.wait()
+        barrier.wait(timeout=30)
         added = sum(store.add_within("c", 1, 150, now=0.0, ttl=100.0) for _ in range(100))
     finally:
         store.close()
@@ -84,11 +86,11 @@ class TestProcesses:
             assert store.get("c", now=0.0) == 150
 
 
-def _race(target: object, path: Path) -> list[object]:
+def _race(target: Callable[..., None], path: Path) -> list[Any]:
     """Run ``target`` in two spawned processes released together; collect what each reports."""
     ctx = multiprocessing.get_context("spawn")
     barrier = ctx.Barrier(2)
-    results = ctx.Queue()
+    results: multiprocessing.Queue[Any] = ctx.Queue()
     procs = [ctx.Process(target=target, args=(str(path), barrier, results)) for _ in range(2)]
     for proc in procs:
         proc.start()
@@ -97,6 +99,9 @@ def _race(target: object, path: Path) -> list[object]:
     finally:
         for proc in procs:
             proc.join(timeout=60)
+            if proc.exitcode is None:  # hung: never leave a child for interpreter exit to wait on
+                proc.kill()
+                proc.join()
         results.close()
         results.join_thread()
     assert [proc.exitcode for proc in procs] == [0, 0]
