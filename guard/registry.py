@@ -148,6 +148,9 @@ class ToolSpec:
     """How transient failures are retried."""
     idempotent_backend: bool = True
     """The backend deduplicates by idempotency key, so a write with an unknown outcome may be retried."""
+    idempotency_field: str | None = None
+    """An argument carrying a caller-chosen request id (as payment APIs take): the key derives from
+    it instead of from all arguments, and the same id with other arguments is IDEMPOTENCY_CONFLICT."""
     version: str = "1"
     """The contract's version; bump it (or add a ``_v2`` tool) when the arguments change."""
     sensitive_fields: frozenset[str] = frozenset()
@@ -165,6 +168,10 @@ class ToolSpec:
         if self.record_field and self.record_field not in self.arguments.model_fields:
             raise ConfigurationError(
                 f"tool {self.name!r}: record_field {self.record_field!r} is not an argument"
+            )
+        if self.idempotency_field and self.idempotency_field not in self.arguments.model_fields:
+            raise ConfigurationError(
+                f"tool {self.name!r}: idempotency_field {self.idempotency_field!r} is not an argument"
             )
         if self.retry.attempts < 1:
             raise ConfigurationError(f"tool {self.name!r}: retry.attempts must be at least 1")

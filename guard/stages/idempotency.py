@@ -50,6 +50,10 @@ class IdempotencyStage:
             return None
         if call.approval is not None:
             call.idempotency_key = approval_key(call.approval.id)
+        elif spec.idempotency_field is not None:
+            assert call.arguments is not None
+            request_id = str(getattr(call.arguments, spec.idempotency_field))
+            call.idempotency_key = proposal_key(call.session_id, spec.name, "id:" + request_id)
         else:
             call.idempotency_key = proposal_key(call.session_id, spec.name, call.canonical)
         claim = env.idempotency.claim(

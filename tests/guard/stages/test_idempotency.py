@@ -2,7 +2,23 @@
 
 from __future__ import annotations
 
-from guard import Code
+from typing import Any
+
+import pytest
+from pydantic import BaseModel, ConfigDict
+
+from guard import (
+    Code,
+    ConfigurationError,
+    Effect,
+    Guard,
+    Policy,
+    Principal,
+    Risk,
+    RolePolicy,
+    ToolContext,
+    tool,
+)
 from guard.shop import ShopApp
 from guard.testing import ManualClock
 from tests.guard.conftest import approved_refund, make_shop, order_args, refund_args
@@ -74,3 +90,46 @@ class TestLoops:
         assert done.ok
         assert again == ["OK", "LOOP_DETECTED"]
         assert shop.backend.side_effects == 1
+
+
+class Payment(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    request_id: str
+    amount_cents: int
+
+
+class TestCallerChosenKeys:
+    def _session(self, clock: ManualClock, effects: list[int]) -> Any:
+        @tool(arguments=Payment, effect=Effect.WRITE, risk=Risk.LOW, idempotency_field="request_id")
+        def pay(args: Payment, ctx: ToolContext) -> dict[str, int]:
+            """Pay."""
+            effects.append(args.amount_cents)
+            return {"paid": args.amount_cents}
+
+        policy = Policy(roles={"u": RolePolicy(tools=frozenset({"pay"}))}, rate_limit=None)
+        guard = Guard(tools=[pay], policy=policy, clock=clock)
+        return guard.session("s1", Principal(id="U-1", role="u"))
+
+    def test_same_request_id_other_arguments_is_a_conflict(self, clock: ManualClock) -> None:
+        """A request id reused with another amount is IDEMPOTENCY_CONFLICT and pays nothing more."""
+        effects: list[int] = []
+        session = self._session(clock, effects)
+        first = session.execute("pay", '{"request_id": "r-1", "amount_cents": 500}')
+        other = session.execute("pay", '{"request_id": "r-1", "amount_cents": 900}')
+        assert first.ok and other.code == "IDEMPOTENCY_CONFLICT"
+        assert effects == [500]
+
+    def test_same_request_id_same_arguments_replays(self, clock: ManualClock) -> None:
+        """The same request id with the same arguments is a replay."""
+        effects: list[int] = []
+        session = self._session(clock, effects)
+        session.execute("pay", '{"request_id": "r-1", "amount_cents": 500}')
+        again = session.execute("pay", '{ "amount_cents": 500, "request_id": "r-1" }')
+        assert again.replayed and effects == [500]
+
+    def test_unknown_field_is_a_configuration_error(self) -> None:
+        """Naming a field the model does not have fails when the tool is declared."""
+        with pytest.raises(ConfigurationError):
+            tool(arguments=Payment, effect=Effect.WRITE, idempotency_field="nope")(
+                lambda a, c: None
+            )
