@@ -21,6 +21,7 @@ __all__ = [
     "CONFIRMED",
     "EFFECT",
     "ERROR_TYPE",
+    "EVENT_ATTRIBUTES",
     "FIXABLE",
     "GEN_AI_CONVERSATION_ID",
     "GEN_AI_OPERATION_NAME",
@@ -229,3 +230,10 @@ STAGE_ATTRIBUTES: tuple[Attribute, ...] = (
     ),
 )
 """Attributes of stage spans."""
+
+EVENT_ATTRIBUTES: tuple[Attribute, ...] = (
+    _a(RETRY_ATTEMPT, "int", "1", "The attempt that failed (1 for the first)."),
+    _a(RETRY_ERROR, "string", "TransientError", "The exception type's name (never its message)."),
+    _a(RETRY_DELAY, "double", "0.05", "Seconds of backoff before the next attempt."),
+)
+"""Attributes of the ``guard.retry`` events on the ``guard.execute`` span."""

@@ -1,0 +1,154 @@
+"""The span contract: docs, constants and what the shop domain actually emits agree."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import telemetry
+from guard.testing import ManualClock
+from telemetry import attributes, configure
+
+from .conftest import KEY, read_spans
+from .shop_paths import build_guard, drive
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "telemetry.md"
+ROW = re.compile(r"^\| `([^`]+)` \| (string|bool|int|double|string\[\]) \| `(.*)` \| .+ \|$")
+
+
+def documented() -> dict[str, tuple[str, str]]:
+    rows = {}
+    for line in DOC.read_text().splitlines():
+        match = ROW.match(line)
+        if match:
+            rows[match.group(1)] = (match.group(2), match.group(3).replace("\\|", "|"))
+    return rows
+
+
+def isort_key(name: str) -> tuple[int, str]:
+    """ruff's RUF022 order: SCREAMING_CASE, then CamelCase, then the rest."""
+    if name.isupper():
+        return (0, name)
+    return (1, name) if name[:1].isupper() else (2, name)
+
+
+@pytest.fixture(scope="module")
+def shop_spans(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    directory = tmp_path_factory.mktemp("contract")
+    handle = configure(trail_dir=directory, masking_key=KEY, capture_content=True)
+    clock = ManualClock()
+    guard, backend = build_guard(handle.observer, clock)
+    drive(guard, backend, clock)
+    handle.shutdown()
+    return read_spans(directory)
+
+
+class TestDocs:
+    def test_doc_lists_exactly_the_constants(self) -> None:
+        """docs/telemetry.md has one row per contract attribute, with the same type and example."""
+        contract = {
+            attribute.name: (attribute.type, attribute.example)
+            for attribute in (
+                *attributes.CALL_ATTRIBUTES,
+                *attributes.STAGE_ATTRIBUTES,
+                *attributes.EVENT_ATTRIBUTES,
+            )
+        }
+        assert documented() == contract
+
+    def test_every_name_constant_is_in_the_contract(self) -> None:
+        """Each attribute-name constant appears in one of the contract tuples."""
+        names = {
+            attribute.name
+            for attribute in (
+                *attributes.CALL_ATTRIBUTES,
+                *attributes.STAGE_ATTRIBUTES,
+                *attributes.EVENT_ATTRIBUTES,
+            )
+        }
+        not_names = {"CALL_SPAN_PREFIX", "STAGE_SPAN_PREFIX", "OPERATION_EXECUTE_TOOL",
+                     "INSTRUMENTATION_SCOPE", "RETRY_EVENT"}  # fmt: skip
+        constants = {
+            getattr(attributes, name)
+            for name in attributes.__all__
+            if name.isupper() and isinstance(getattr(attributes, name), str) and name not in not_names
+        }
+        assert constants == names
+
+
+class TestPublicSurface:
+    @pytest.mark.parametrize("module", [telemetry, attributes])
+    def test_all_is_sorted_and_complete(self, module: Any) -> None:
+        """`__all__` is sorted and names exactly what the module exports."""
+        assert list(module.__all__) == sorted(module.__all__, key=isort_key)
+        for name in module.__all__:
+            assert hasattr(module, name)
+
+    def test_init_only_reexports(self) -> None:
+        """telemetry/__init__.py holds imports and `__all__`, nothing else."""
+        tree = ast.parse(Path(telemetry.__file__).read_text())
+        body = [node for node in tree.body if not isinstance(node, ast.Expr)]  # the docstring
+        assert all(isinstance(node, ast.ImportFrom | ast.Assign) for node in body)
+        assigned = [node for node in body if isinstance(node, ast.Assign)]
+        assert [target.id for node in assigned for target in node.targets] == ["__all__"]  # type: ignore[attr-defined]
+
+
+class TestEmitted:
+    def test_every_emitted_attribute_is_documented(self, shop_spans: list[dict[str, Any]]) -> None:
+        """Running the shop emits no attribute the contract does not document."""
+        docs = documented()
+        emitted = {key for span in shop_spans for key in span["attrs"]}
+        events = {
+            item["key"] for span in shop_spans for event in span.get("events", [])
+            for item in event.get("attributes", [])
+        }  # fmt: skip
+        assert emitted | events <= set(docs)
+
+    def test_every_documented_attribute_is_emitted(self, shop_spans: list[dict[str, Any]]) -> None:
+        """Every code path of the shop together emits every documented attribute."""
+        call_keys = {
+            key for span in shop_spans if span["name"].startswith("execute_tool ")
+            for key in span["attrs"]
+        }  # fmt: skip
+        stage_keys = {
+            key for span in shop_spans if span["name"].startswith("guard.") for key in span["attrs"]
+        }
+        event_keys = {
+            item["key"] for span in shop_spans for event in span.get("events", [])
+            for item in event.get("attributes", [])
+        }  # fmt: skip
+        assert {a.name for a in attributes.CALL_ATTRIBUTES} == call_keys
+        assert {a.name for a in attributes.STAGE_ATTRIBUTES} == stage_keys
+        assert {a.name for a in attributes.EVENT_ATTRIBUTES} == event_keys
+
+    def test_types_match_the_contract(self, shop_spans: list[dict[str, Any]]) -> None:
+        """Each emitted value has the documented OTLP type."""
+        python = {"string": str, "bool": bool, "int": int, "double": float, "string[]": list}
+        types = {
+            a.name: python[a.type]
+            for a in (*attributes.CALL_ATTRIBUTES, *attributes.STAGE_ATTRIBUTES)
+        }
+        for span in shop_spans:
+            for key, value in span["attrs"].items():
+                assert type(value) is types[key], (key, value)
+
+    def test_every_stage_emits_its_span(self, shop_spans: list[dict[str, Any]]) -> None:
+        """Each stage of the pipeline shows up as a `guard.<stage>` span."""
+        names = {span["name"] for span in shop_spans}
+        for stage in ("budget", "resolve", "parse", "schema", "idempotency", "rules", "policy",
+                      "confirm", "execute"):  # fmt: skip
+            assert f"guard.{stage}" in names
+
+    def test_every_code_reached_is_on_a_span(self, shop_spans: list[dict[str, Any]]) -> None:
+        """The codes the shop run produced all appear as `guard.code` on call spans."""
+        codes = {
+            span["attrs"]["guard.code"]
+            for span in shop_spans
+            if span["name"].startswith("execute_tool ")
+        }
+        assert {"OK", "INVALID_ARGUMENTS", "TAINTED_CONTEXT", "CONFIRMATION_REQUIRED",
+                "CONFIRMATION_DENIED", "CONFIRMATION_EXPIRED", "UPSTREAM_UNAVAILABLE"} <= codes  # fmt: skip

@@ -1,0 +1,159 @@
+"""Spans through OpenTelemetry: the host's provider, OTLP to a collector that is down, metrics, env."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, StatusCode
+
+from guard.codes import Code
+from telemetry import attributes, configure
+
+from .conftest import KEY, make_call
+
+
+def host_provider() -> tuple[TracerProvider, InMemorySpanExporter]:
+    provider = TracerProvider()
+    exporter = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return provider, exporter
+
+
+class TestHostProvider:
+    def test_spans_go_through_the_hosts_provider(self) -> None:
+        """With the host's TracerProvider, the same call and stage spans arrive there, with their times."""
+        provider, exporter = host_provider()
+        handle = configure(trail=False, tracer_provider=provider, masking_key=KEY)
+        call, result = make_call(code=Code.NOT_FOUND, retries=1)
+        handle.observer.call_ended(call, result)
+        handle.shutdown()
+        spans = exporter.get_finished_spans()
+        names = [span.name for span in spans]
+        assert "execute_tool pay" in names and "guard.execute" in names
+        assert len(spans) == 10
+        call_span = next(span for span in spans if span.name == "execute_tool pay")
+        assert call_span.kind is SpanKind.INTERNAL
+        assert call_span.start_time == call.start_ns and call_span.end_time == call.end_ns
+        assert call_span.attributes is not None
+        assert call_span.attributes[attributes.ERROR_TYPE] == "NOT_FOUND"
+        assert call_span.status.status_code is StatusCode.ERROR
+        execute = next(span for span in spans if span.name == "guard.execute")
+        assert execute.parent is not None and execute.parent.span_id == call_span.context.span_id
+        assert [event.name for event in execute.events] == ["guard.retry"]
+        assert call_span.instrumentation_scope is not None
+        assert call_span.instrumentation_scope.name == "callgate.telemetry"
+
+    def test_the_hosts_provider_is_not_shut_down(self) -> None:
+        """shutdown() closes what callgate made and leaves the host's provider running."""
+        provider, exporter = host_provider()
+        handle = configure(trail=False, tracer_provider=provider, masking_key=KEY)
+        handle.shutdown()
+        provider.get_tracer("host").start_span("after").end()
+        assert [span.name for span in exporter.get_finished_spans()] == ["after"]
+
+
+class TestCollectorDown:
+    @pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+    def test_never_blocks_and_counts_drops(self, closed_port: int, protocol: str) -> None:
+        """With nothing listening, call latency stays bounded and the lost spans are counted."""
+        handle = configure(
+            trail=False,
+            otlp=True,
+            otlp_endpoint=f"http://127.0.0.1:{closed_port}",
+            otlp_protocol=protocol,
+            otlp_timeout=0.5,
+            max_queue_size=64,
+            masking_key=KEY,
+            metrics=False,
+        )
+        slowest = 0.0
+        for _ in range(2_000):
+            call, result = make_call()
+            started = time.perf_counter()
+            handle.observer.call_ended(call, result)
+            slowest = max(slowest, time.perf_counter() - started)
+        assert slowest < 0.05
+        handle.force_flush(2)
+        started = time.perf_counter()
+        handle.shutdown(timeout=2)
+        assert time.perf_counter() - started < 10
+        # Every span was lost one way or another; the SDK's queue-full count may race by a span or two.
+        assert 15_000 < handle.dropped_spans <= 20_010
+
+
+class TestMetrics:
+    def test_calls_stage_durations_and_drops(self, tmp_path: Path) -> None:
+        """Calls by tool and code, stage durations and the dropped-spans counter are recorded."""
+        reader = InMemoryMetricReader()
+        handle = configure(trail_dir=tmp_path, metric_readers=[reader], masking_key=KEY)
+        handle.observer.call_ended(*make_call())
+        handle.observer.call_ended(*make_call(code=Code.NOT_FOUND, stages=("budget", "rules")))
+        handle.observer.force_flush(5)
+        data = reader.get_metrics_data()
+        assert data is not None
+        metrics = {
+            metric.name: metric
+            for resource in data.resource_metrics
+            for scope in resource.scope_metrics
+            for metric in scope.metrics
+        }
+        assert {"callgate.calls", "callgate.stage.duration", "callgate.call.duration"} <= set(metrics)
+        assert "callgate.telemetry.dropped_spans" in metrics
+        calls = {
+            (point.attributes["gen_ai.tool.name"], point.attributes["guard.code"]): point.value
+            for point in metrics["callgate.calls"].data.data_points  # type: ignore[union-attr]
+            if point.attributes is not None
+        }
+        assert calls == {("pay", "OK"): 1, ("pay", "NOT_FOUND"): 1}
+        stages = {
+            point.attributes["guard.stage.name"]
+            for point in metrics["callgate.stage.duration"].data.data_points  # type: ignore[union-attr]
+            if point.attributes is not None
+        }
+        assert {"budget", "rules", "execute"} <= stages
+        handle.shutdown()
+
+
+class TestEnvironment:
+    def test_service_name_from_env(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """OTEL_SERVICE_NAME names the resource of the trail."""
+        monkeypatch.setenv("OTEL_SERVICE_NAME", "from-env")
+        handle = configure(trail_dir=tmp_path, masking_key=KEY)
+        handle.observer.call_ended(*make_call())
+        handle.shutdown()
+        assert '"stringValue":"from-env"' in next(tmp_path.glob("*.jsonl")).read_text()
+
+    def test_sdk_disabled(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """OTEL_SDK_DISABLED=true leaves an observer that does nothing."""
+        monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
+        handle = configure(trail_dir=tmp_path / "t", masking_key=KEY)
+        handle.observer.call_ended(*make_call())
+        handle.shutdown()
+        assert not (tmp_path / "t").exists()
+        assert handle.observer.sinks == ()
+
+    def test_endpoint_env_turns_otlp_on(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, closed_port: int
+    ) -> None:
+        """OTEL_EXPORTER_OTLP_ENDPOINT alone enables OTLP export (and metrics beside it)."""
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{closed_port}")
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "0.2")
+        handle = configure(trail=False, masking_key=KEY)
+        assert handle.tracer_provider is not None
+        assert handle.meter_provider is not None
+        handle.shutdown(timeout=2)
+
+    def test_masking_key_from_env(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """CALLGATE_MASKING_KEY keys the hashes, so two processes with one key correlate."""
+        monkeypatch.setenv("CALLGATE_MASKING_KEY", KEY.decode())
+        handle = configure(trail=False)
+        assert handle.masker.principal("CUS-1") == configure(trail=False, masking_key=KEY).masker.principal(
+            "CUS-1"
+        )
+        handle.shutdown()
