@@ -3,6 +3,10 @@
 ``guard`` never imports OpenTelemetry; ``telemetry.OTelObserver`` implements this protocol. An
 observer must not raise and must not block: the pipeline calls it inline, and a failure in it is
 logged and swallowed by the pipeline so that telemetry never breaks a tool call.
+
+An observer that only reads the finished call (``call.stages`` has every stage's timing) can set
+the class attribute ``wants_stage_events = False``: the pipeline then skips ``stage_started`` and
+``stage_ended`` and builds no per-stage records on the calling thread.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from typing import Protocol
 from guard.call import Call, RetryRecord, StageRecord
 from guard.result import ToolResult
 
-__all__ = ["MultiObserver", "NullObserver", "Observer"]
+__all__ = ["MultiObserver", "NullObserver", "Observer", "wants_stage_events"]
 
 
 class Observer(Protocol):
@@ -41,7 +45,9 @@ class Observer(Protocol):
 
 
 class NullObserver:
-    """Listens to nothing. The default, so an uninstrumented guard pays almost nothing."""
+    """Listens to nothing. The default: the pipeline recognises it and skips every event."""
+
+    wants_stage_events = False
 
     def call_started(self, call: Call) -> None:
         pass
@@ -64,6 +70,7 @@ class MultiObserver:
 
     def __init__(self, observers: Sequence[Observer]) -> None:
         self._observers = tuple(observers)
+        self.wants_stage_events = any(wants_stage_events(o) for o in self._observers)
 
     def call_started(self, call: Call) -> None:
         for observer in self._observers:
@@ -84,3 +91,8 @@ class MultiObserver:
     def call_ended(self, call: Call, result: ToolResult) -> None:
         for observer in self._observers:
             observer.call_ended(call, result)
+
+
+def wants_stage_events(observer: Observer) -> bool:
+    """Whether ``observer`` listens to stage events (true unless it says otherwise)."""
+    return bool(getattr(observer, "wants_stage_events", True))

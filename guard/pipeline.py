@@ -11,7 +11,7 @@ from guard.call import Call
 from guard.clock import Clock, SystemClock
 from guard.codes import Code
 from guard.errors import GuardError
-from guard.observe import NullObserver, Observer
+from guard.observe import NullObserver, Observer, wants_stage_events
 from guard.policy import Policy
 from guard.registry import ToolRegistry, ToolSpec
 from guard.result import Outcome, ToolResult
@@ -81,6 +81,7 @@ class Guard:
         self._time_ns = self.env.clock.time_ns
         # The null observer is skipped outright: an uninstrumented guard pays nothing for observing.
         self._live = not isinstance(self.env.observer, NullObserver)
+        self._stage_events = self._live and wants_stage_events(self.env.observer)
 
     @property
     def observer(self) -> Observer:
@@ -134,7 +135,7 @@ class Guard:
     # -- the loop ---------------------------------------------------------------------------------
 
     def _run(self, call: Call, stages: list[Stage]) -> ToolResult:
-        if self._live:
+        if self._stage_events:
             return self._run_observed(call, stages)
         marks = call.marks
         marks.append(self._time_ns())
@@ -164,7 +165,7 @@ class Guard:
         raise AssertionError("the execute stage always answers")  # pragma: no cover
 
     async def _arun(self, call: Call, stages: list[Stage]) -> ToolResult:
-        observer, marks, live = self.env.observer, call.marks, self._live
+        observer, marks, live = self.env.observer, call.marks, self._stage_events
         marks.append(self._time_ns())
         for index, stage in enumerate(stages):
             if live:

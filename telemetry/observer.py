@@ -57,6 +57,9 @@ class OTelObserver:
     agent's own span), so a host's trace shows the tool calls inside it.
     """
 
+    wants_stage_events = False
+    """Stage timings are read from the finished call, so the pipeline skips per-stage events."""
+
     def __init__(self, sinks: Sequence[CallSink], *, link_parent: bool = True) -> None:
         self.sinks = tuple(sinks)
         self._link_parent = link_parent
