@@ -10,7 +10,7 @@ from typing import Any
 from guard.call import Call
 from guard.clock import Clock, SystemClock
 from guard.codes import Code
-from guard.errors import GuardError
+from guard.errors import ConfigurationError, GuardError
 from guard.observe import NullObserver, Observer, wants_stage_events
 from guard.policy import Policy
 from guard.registry import ToolRegistry, ToolSpec
@@ -62,6 +62,7 @@ class Guard:
     ) -> None:
         self.registry = ToolRegistry(tools)
         self.policy = policy
+        _check_leases(self.registry, policy)
         self.env = Env(
             registry=self.registry,
             policy=policy,
@@ -315,6 +316,25 @@ class Session:
     ) -> ToolResult:
         """``execute`` for async hosts."""
         return await self.guard.aexecute(self, name, raw_arguments, call_id=call_id)
+
+
+def _check_leases(registry: ToolRegistry, policy: Policy) -> None:
+    """A write's claim must outlive the write: otherwise a slow owner's claim could be taken over
+    while it still runs, and the two would race to release or complete the same key."""
+    for spec in registry.values():
+        if not spec.is_write:
+            continue
+        if spec.timeout is None:
+            raise ConfigurationError(
+                f"write tool {spec.name!r} needs a timeout (its claim has a lease)"
+            )
+        retry = spec.retry
+        worst = spec.timeout * retry.attempts + retry.max_delay * (retry.attempts - 1)
+        if worst >= policy.claim_lease:
+            raise ConfigurationError(
+                f"write tool {spec.name!r} may run {worst:g} s (timeout x attempts + backoff), "
+                f"not less than the claim lease of {policy.claim_lease:g} s"
+            )
 
 
 def _stage_failed(call: Call, stage: Stage) -> ToolResult:

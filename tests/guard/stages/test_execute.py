@@ -217,3 +217,27 @@ class TestAsync:
         session = guard_with(save, clock=clock)
         result = asyncio.run(session.aexecute("save", '{"text": "x"}'))
         assert result.code == "TIMEOUT" and result.outcome == "unknown"
+
+
+class TestLeases:
+    def test_a_write_that_could_outlive_its_claim_is_refused(self, clock: ManualClock) -> None:
+        """A write whose timeouts and retries could outlast the claim lease fails at build time."""
+        from guard import ConfigurationError
+
+        @tool(arguments=Note, effect=Effect.WRITE, timeout=30.0, retry=RetryPolicy(attempts=3))
+        def slow_write(args: Note, ctx: ToolContext) -> None:
+            """Write slowly."""
+
+        with pytest.raises(ConfigurationError, match="claim lease"):
+            guard_with(slow_write, clock=clock)
+
+    def test_a_write_without_timeout_is_refused(self, clock: ManualClock) -> None:
+        """A write with no timeout could hold its claim forever: refused at build time."""
+        from guard import ConfigurationError
+
+        @tool(arguments=Note, effect=Effect.WRITE, timeout=None)
+        def unbounded(args: Note, ctx: ToolContext) -> None:
+            """Write forever."""
+
+        with pytest.raises(ConfigurationError, match="timeout"):
+            guard_with(unbounded, clock=clock)
