@@ -1,0 +1,84 @@
+"""The few places where DuckDB and ClickHouse SQL differ, so each metric is written once.
+
+A metric query reads two relations, ``calls`` and ``stages``, with the same column names on both
+engines (DuckDB: the views in :mod:`analytics.schema`; ClickHouse: subqueries over the collector's
+``otel_traces``, see :mod:`analytics.clickhouse`). Everything else it needs from the engine is here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["DUCKDB", "Dialect"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Dialect:
+    """How to spell engine-specific pieces of a metric query."""
+
+    name: str
+    calls: str
+    """The ``calls`` relation: a table name or a parenthesised subquery."""
+    ranked_calls: str
+    """``calls`` with ``seq`` and ``next_ok_gap`` (see :func:`analytics.metrics.recovery_rate`)."""
+    stages: str
+    """The ``stages`` relation."""
+    latency_rollup: str | None
+    """A table of stage latency histograms per hour, service, tool and stage, if the engine keeps
+    one (DuckDB: ``stage_latency_hist``); None to build the histogram from ``stages``."""
+    param: Callable[[str, str], str]
+    """``param(name, kind)`` -> placeholder; kind is one of string, int, float, timestamp."""
+    bucket: Callable[[str, int], str]
+    """``bucket(timestamp_expr, seconds)`` -> the start of its epoch-aligned bucket."""
+    quantiles: Callable[[str, tuple[float, ...]], str]
+    """``quantiles(expr, qs)`` -> an array of the exact, linearly interpolated quantiles."""
+    latency_bucket: Callable[[str], str]
+    """``latency_bucket(duration_ns_expr)`` -> its log-linear histogram bucket (an integer):
+    the value itself below 16, else 16 * floor(log2(d)) + the four bits after the leading one
+    (16 buckets per power of two, like an OpenTelemetry exponential histogram at scale 4)."""
+    arg_max: str
+    """The aggregate ``arg_max(value, key)``."""
+    unnest: str
+    """The function that turns an array into rows in a select list."""
+    value: Callable[[Any], Any]
+    """Convert a Python parameter value for the driver."""
+
+
+def _duckdb_value(value: Any) -> Any:
+    return value
+
+
+def _duckdb_bucket(expr: str, seconds: int) -> str:
+    micros = seconds * 1_000_000
+    return f"make_timestamp((epoch_us({expr}) // {micros}) * {micros})"
+
+
+def _duckdb_quantiles(expr: str, qs: tuple[float, ...]) -> str:
+    return f"quantile_cont({expr}, [{', '.join(repr(q) for q in qs)}])"
+
+
+def _duckdb_latency_bucket(expr: str) -> str:
+    e = f"floor(log2(greatest({expr}, 1)))::BIGINT"
+    return (
+        f"CASE WHEN {expr} < 16 THEN {expr}::BIGINT "
+        f"ELSE {e} * 16 + ((({expr})::BIGINT >> ({e} - 4)) & 15) END"
+    )
+
+
+DUCKDB = Dialect(
+    name="duckdb",
+    calls="calls",
+    ranked_calls="calls",
+    stages="stages",
+    latency_rollup="stage_latency_hist",
+    param=lambda name, kind: f"${name}",
+    bucket=_duckdb_bucket,
+    quantiles=_duckdb_quantiles,
+    latency_bucket=_duckdb_latency_bucket,
+    arg_max="arg_max",
+    unnest="unnest",
+    value=_duckdb_value,
+)
+"""DuckDB over the ``calls`` and ``stages`` views."""

@@ -1,0 +1,375 @@
+"""Load span files into DuckDB: incremental, idempotent, tolerant of bad lines, strict about others.
+
+The flow of :func:`load`, one file at a time, each file in its own transaction::
+
+    discover_files -> sniff (foreign? fail before writing anything)        [analytics.spanfiles]
+      -> _load_file: complete_end (what is new since load_state.offset, whole lines only)
+      -> _insert_fast (one parallel INSERT ... SELECT over the file, see analytics.otlp)
+         or, when that statement hits a malformed line, _insert_tolerant (Python splits the
+         region, records bad lines in load_errors, and the good ones go through the fast path)
+      -> derive (calls with their session ranks; the stage latency histogram) [analytics.derive]
+      -> _save_state: load_state updated in the same transaction as the spans
+
+Files are recognised by a fingerprint of their first line, not by path, so a file that the
+collector renamed (``traces.json`` -> ``traces-2026-01-01T00-00-00.000.json``) or compressed
+(``.json.gz``) is resumed where it stopped, and a new file at an old path starts from 0. Spans are
+inserted only when ``(trace_id, span_id)`` is not already present, so loading the same data twice,
+from any file, adds nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import duckdb
+
+from .derive import derive
+from .otlp import parse_sql
+from .schema import DDL, SCHEMA_VERSION
+from .spanfiles import (
+    ForeignFileError,
+    complete_end,
+    copy_region,
+    count_lines,
+    discover_files,
+    fingerprint,
+    line_problem,
+    open_span_file,
+    sniff,
+)
+
+__all__ = [
+    "FileReport",
+    "ForeignFileError",
+    "LoadReport",
+    "connect",
+    "discover_files",
+    "follow",
+    "load",
+]
+
+_EXCERPT = 200
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FileReport:
+    """What one load did with one file."""
+
+    path: str
+    spans: int
+    """Spans inserted (duplicates of spans already stored are not counted)."""
+    errors: int
+    """Lines skipped and recorded in ``load_errors``."""
+    bytes: int
+    """Uncompressed bytes read this time."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LoadReport:
+    """What one :func:`load` did."""
+
+    files: tuple[FileReport, ...] = field(default_factory=tuple)
+    seconds: float = 0.0
+
+    @property
+    def spans(self) -> int:
+        """Spans inserted, all files."""
+        return sum(f.spans for f in self.files)
+
+    @property
+    def errors(self) -> int:
+        """Lines skipped, all files."""
+        return sum(f.errors for f in self.files)
+
+    @property
+    def bytes(self) -> int:
+        """Uncompressed bytes read, all files."""
+        return sum(f.bytes for f in self.files)
+
+
+def connect(
+    database: str | os.PathLike[str] = ":memory:",
+    *,
+    read_only: bool = False,
+    timeout: float = 10.0,
+) -> duckdb.DuckDBPyConnection:
+    """Open (and, read-write, create or upgrade) a callgate database.
+
+    DuckDB lets one process hold a database file at a time. Writers (``load``) hold it only for
+    one load round; readers (``report``, the dashboard) open it ``read_only`` for one query or
+    page. When the other side holds the file, this retries for up to ``timeout`` seconds instead
+    of failing: see docs/analytics.md.
+    """
+    deadline = time.monotonic() + timeout
+    delay = 0.01
+    while True:
+        try:
+            con = duckdb.connect(str(database), read_only=read_only)
+            break
+        except duckdb.IOException as exc:
+            if "lock" not in str(exc).lower() or time.monotonic() >= deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.25)
+    con.execute("SET enable_progress_bar = false")
+    if not read_only:
+        for statement in DDL:
+            con.execute(statement)
+        con.execute(
+            "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)]
+        )
+    return con
+
+
+@dataclass(kw_only=True, slots=True)
+class _State:
+    file_id: int
+    offset: int
+    lines: int | None
+    spans: int
+    batch: int
+
+
+def _state(con: duckdb.DuckDBPyConnection, fingerprint: str) -> _State:
+    rows = con.execute(
+        'SELECT file_id, "offset", lines, spans FROM load_state WHERE fingerprint = ?',
+        [fingerprint],
+    ).fetchall()
+    batch = _scalar(con, "SELECT coalesce(max(value::BIGINT), 0) + 1 FROM meta WHERE key = 'batch'")
+    if rows:
+        file_id, offset, lines, spans = rows[0]
+        return _State(file_id=file_id, offset=offset, lines=lines, spans=spans, batch=batch)
+    next_id = _scalar(con, "SELECT coalesce(max(file_id), 0) + 1 FROM load_state")
+    return _State(file_id=next_id, offset=0, lines=0, spans=0, batch=batch)
+
+
+def _scalar(con: duckdb.DuckDBPyConnection, sql: str) -> int:
+    return int(con.execute(sql).fetchall()[0][0])
+
+
+def _sql_string(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def _insert_fast(
+    con: duckdb.DuckDBPyConnection,
+    source: Path,
+    state: _State,
+    gz: bool,
+    longest: int = 0,
+) -> int:
+    """Insert every span of ``source`` not yet stored; return how many were inserted.
+
+    DuckDB's default object limit (16 MiB a line) is kept unless a longer line was seen: a larger
+    limit makes every reader thread allocate that much and slows the read 3-4x.
+    """
+    limit = f", maximum_object_size={1 << max(24, longest.bit_length())}" if longest else ""
+    reader = (
+        f"read_ndjson_objects({_sql_string(str(source))}, "
+        f"compression={_sql_string('gzip' if gz else 'none')}{limit})"
+    )
+    before = _count(con)
+    con.execute(
+        f"""
+        INSERT INTO spans
+        SELECT * FROM ({parse_sql(reader, state.file_id, state.batch)}) AS n
+        WHERE NOT EXISTS (
+            SELECT 1 FROM spans AS s WHERE s.span_id = n.span_id AND s.trace_id = n.trace_id
+        )
+        """
+    )
+    # The anti-join sees only earlier loads; a span repeated inside this file is removed here
+    # (rare: a writer that retried a batch), which is cheaper than deduplicating every load.
+    repeated = _scalar(
+        con,
+        f"SELECT count(*) - count(DISTINCT (trace_id, span_id)) FROM spans "
+        f"WHERE batch = {int(state.batch)}",
+    )
+    if repeated:
+        con.execute(
+            """
+            DELETE FROM spans WHERE rowid IN (
+                SELECT rowid FROM (
+                    SELECT rowid, row_number() OVER (
+                        PARTITION BY trace_id, span_id ORDER BY rowid) AS n
+                    FROM spans WHERE batch = $batch
+                ) WHERE n > 1
+            )
+            """,
+            {"batch": state.batch},
+        )
+    return _count(con) - before
+
+
+def _count(con: duckdb.DuckDBPyConnection) -> int:
+    return _scalar(con, "SELECT count(*) FROM spans")
+
+
+def _insert_tolerant(
+    con: duckdb.DuckDBPyConnection,
+    path: Path,
+    compressed: bool,
+    state: _State,
+    end: int,
+    workdir: Path,
+) -> tuple[int, int, int]:
+    """Split the region into lines in Python; record bad ones; load the good ones.
+
+    Returns (spans inserted, lines rejected, lines read in the file so far).
+    """
+    good = workdir / "good.jsonl"
+    first = (
+        state.lines if state.lines is not None else count_lines(path, compressed, 0, state.offset)
+    )
+    errors: list[tuple[str, int, str, str, datetime]] = []
+    now = _now()
+    lines = 0
+    longest = 0
+    with open_span_file(path, compressed) as stream, good.open("wb") as out:
+        stream.seek(state.offset)
+        position = state.offset
+        for line in stream:
+            if position >= end:
+                break
+            position += len(line)
+            lines += 1
+            problem = line_problem(line) if line.strip() else None
+            if problem is None:
+                out.write(line)
+                longest = max(longest, len(line))
+            else:
+                excerpt = line[:_EXCERPT].decode("utf-8", "replace").rstrip("\n")
+                errors.append((str(path), first + lines, problem, excerpt, now))
+    if errors:
+        con.executemany("INSERT INTO load_errors VALUES (?, ?, ?, ?, ?)", errors)
+    spans = _insert_fast(con, good, state, False, longest) if longest else 0
+    return spans, len(errors), first + lines
+
+
+def _load_file(
+    con: duckdb.DuckDBPyConnection, path: Path, first_line: bytes, compressed: bool
+) -> FileReport:
+    file_key = fingerprint(first_line)
+    state = _state(con, file_key)
+    size, end = complete_end(path, compressed, state.offset)
+    if end <= state.offset:
+        return FileReport(path=str(path), spans=0, errors=0, bytes=0)
+    with tempfile.TemporaryDirectory(prefix="callgate-load-") as tmp:
+        workdir = Path(tmp)
+        direct = state.offset == 0 and end == size
+        source = path if direct else workdir / "region.jsonl"
+        if not direct:
+            copy_region(path, compressed, state.offset, end, source)
+        con.execute("BEGIN TRANSACTION")
+        try:
+            try:
+                spans, errors, lines = (
+                    _insert_fast(con, source, state, compressed and direct),
+                    0,
+                    None,
+                )
+            except duckdb.InvalidInputException:
+                # A malformed line aborts the statement: redo this file line by line.
+                con.execute("ROLLBACK")
+                con.execute("BEGIN TRANSACTION")
+                spans, errors, lines = _insert_tolerant(con, path, compressed, state, end, workdir)
+            derive(con, state.batch)
+            _save_state(con, path, file_key, compressed, state, end, lines, spans)
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+    return FileReport(path=str(path), spans=spans, errors=errors, bytes=end - state.offset)
+
+
+def _save_state(
+    con: duckdb.DuckDBPyConnection,
+    path: Path,
+    fingerprint: str,
+    compressed: bool,
+    state: _State,
+    end: int,
+    lines: int | None,
+    spans: int,
+) -> None:
+    """Record how far the file was read; ``lines`` is None when they were not counted."""
+    con.execute(
+        """
+        INSERT INTO load_state VALUES ($id, $fp, $path, $gz, $offset, $lines, $spans, $now)
+        ON CONFLICT (file_id) DO UPDATE SET
+            path = excluded.path, compressed = excluded.compressed, "offset" = excluded."offset",
+            lines = excluded.lines, spans = excluded.spans, loaded_at = excluded.loaded_at
+        """,
+        {
+            "id": state.file_id,
+            "fp": fingerprint,
+            "path": str(path),
+            "gz": compressed,
+            "offset": end,
+            "lines": lines,
+            "spans": state.spans + spans,
+            "now": _now(),
+        },
+    )
+    con.execute("INSERT OR REPLACE INTO meta VALUES ('batch', ?)", [str(state.batch)])
+
+
+def _now() -> datetime:
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+def load(con: duckdb.DuckDBPyConnection, paths: Sequence[str | os.PathLike[str]]) -> LoadReport:
+    """Load what is new in the span files behind ``paths`` (see :func:`discover_files`).
+
+    Every file is checked before anything is written: if one is not OTLP JSON trace lines,
+    :class:`ForeignFileError` is raised and the database is left as it was. Then each file loads
+    in its own transaction, so a crash leaves whole files or nothing, and offsets always match
+    the spans stored.
+    """
+    started = time.perf_counter()
+    files = discover_files(paths)
+    sniffed = [(path, *sniff(path)) for path in files]
+    # Inserting without keeping row order lets DuckDB use both cores end to end; the caller's
+    # setting is put back afterwards.
+    preserve = con.execute("SELECT current_setting('preserve_insertion_order')").fetchall()[0][0]
+    con.execute("SET preserve_insertion_order = false")
+    reports = []
+    try:
+        for path, compressed, first_line in sniffed:
+            if first_line:
+                reports.append(_load_file(con, path, first_line, compressed))
+    finally:
+        con.execute(f"SET preserve_insertion_order = {'true' if preserve else 'false'}")
+    return LoadReport(files=tuple(reports), seconds=time.perf_counter() - started)
+
+
+def follow(
+    database: str | os.PathLike[str],
+    paths: Sequence[str | os.PathLike[str]],
+    *,
+    interval: float = 1.0,
+    on_load: Callable[[LoadReport], None] = lambda report: None,
+    should_stop: Callable[[], bool] = lambda: False,
+) -> None:
+    """Keep loading ``paths`` into ``database`` every ``interval`` seconds until ``should_stop()``.
+
+    Each round opens the database, loads what is new (rotations included), and closes it again,
+    so the file is free for readers between rounds: a reader waits at most one round.
+    """
+    while not should_stop():
+        con = connect(database)
+        try:
+            report = load(con, paths)
+        finally:
+            con.close()
+        if report.spans or report.errors:
+            on_load(report)
+        if should_stop():
+            break
+        time.sleep(interval)
