@@ -14,18 +14,18 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-# Debian packages that the tests drive for real (a headless browser, a Redis server).
+# Debian packages the tests drive for real: the dashboard's browser test runs Debian's Chromium
+# headless through Playwright (no browser download). Installed only when absent.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 system-deps:
-	@missing=""; \
-	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
-	if [ -n "$$missing" ]; then \
-	  echo "installing Debian packages:$$missing"; \
-	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null) \
-	    || echo "warning: could not install$$missing; the tests that need it will be skipped"; \
+	@if ! command -v chromium >/dev/null 2>&1; then \
+	  echo "installing Debian's chromium for the browser tests"; \
+	  $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends chromium >/dev/null; \
 	fi
 
 demo: $(STAMP)
-	$(BIN)/callgate replay --table examples/shop_scenario.jsonl
+	$(BIN)/callgate demo
 
 test: $(STAMP) system-deps
 	$(BIN)/ruff check .
@@ -41,6 +41,7 @@ typecheck: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/guard_overhead.py
+	$(BIN)/python bench/telemetry_overhead.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any, TextIO
 
 import click
@@ -10,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from guard.replay import Replayer, load_factory, shop_target
+from telemetry.cli import sidecar
 
 __all__ = ["main"]
 
@@ -41,6 +43,9 @@ def replay(scenario: TextIO, app: str | None, table: bool) -> None:
         click.echo(json.dumps(record, ensure_ascii=False))
 
 
+main.add_command(sidecar)
+
+
 def _print_table(records: list[dict[str, Any]]) -> None:
     table = Table(title="callgate replay", show_lines=False)
     for column in ("call", "tool", "code", "replayed", "outcome", "message for the model"):
@@ -64,3 +69,61 @@ def _print_table(records: list[dict[str, Any]]) -> None:
             console.print(f"[yellow]line {record['line']} skipped: {record['error']}[/yellow]")
         if "summary" in record:
             console.print_json(data=record["summary"])
+
+
+@main.command()
+@click.option("--sessions", default=2_000, show_default=True, help="Agent sessions to simulate.")
+@click.option(
+    "--seed", default=7, show_default=True, help="Seed: the same seed gives the same traffic."
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where span files and the DuckDB file go (default: a fresh demo-out/run-... directory).",
+)
+@click.option(
+    "--no-dashboard", is_flag=True, help="Print the report and stop; do not serve the dashboard."
+)
+@click.option(
+    "--otlp", is_flag=True, help="Export over OTLP to a sidecar started here; DuckDB fills live."
+)
+@click.option(
+    "--otlp-endpoint",
+    default=None,
+    metavar="URL",
+    help="Export over OTLP to this collector instead (nothing is loaded locally).",
+)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address the dashboard binds.")
+@click.option("--port", default=8501, show_default=True, help="Dashboard port (0: a free one).")
+def demo(
+    sessions: int,
+    seed: int,
+    out: Path | None,
+    no_dashboard: bool,
+    otlp: bool,
+    otlp_endpoint: str | None,
+    host: str,
+    port: int,
+) -> None:
+    """Simulated agent traffic through the guard, into span files and DuckDB; report; dashboard."""
+    from callgate.demo import DemoOptions, default_out, show
+
+    if otlp and otlp_endpoint:
+        raise click.UsageError(
+            "--otlp starts a local sidecar; --otlp-endpoint names another: pick one"
+        )
+    options = DemoOptions(
+        sessions=sessions,
+        seed=seed,
+        out=out or default_out(),
+        otlp=otlp,
+        otlp_endpoint=otlp_endpoint,
+    )
+    show(
+        options,
+        Console(),
+        dashboard=not no_dashboard and otlp_endpoint is None,
+        host=host,
+        port=port,
+    )

@@ -1,0 +1,251 @@
+"""`callgate demo`: the main job, end to end, on the embedded default.
+
+Simulated agent traffic goes through the real guard and the real telemetry into span files, loads
+into DuckDB, the report prints, and the dashboard starts on 127.0.0.1. With ``otlp`` the traffic is
+exported over OTLP to a sidecar that writes the span files, loaded live while the dashboard refreshes.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+import telemetry
+from analytics.load import connect, load
+from callgate.fleet import Fleet, Tally
+from telemetry.sidecar import OTLPReceiver
+from telemetry.trail import SpanFileWriter
+
+__all__ = ["DEMO_MASKING_KEY", "DemoOptions", "DemoRun", "default_out", "run_demo", "show"]
+
+DEMO_MASKING_KEY = "callgate-demo-key-not-for-production"
+"""A fixed key so the demo's pseudonyms are stable across runs; deployments set their own."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class DemoOptions:
+    sessions: int = 2_000
+    seed: int = 7
+    out: Path
+    otlp: bool = False
+    """Export over OTLP to a sidecar started here, loaded live, instead of the local trail."""
+    otlp_endpoint: str | None = None
+    """Export over OTLP to this collector instead; nothing is loaded locally."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class DemoRun:
+    """What a demo run produced."""
+
+    tally: Tally
+    spans_dir: Path
+    database: Path | None
+    spans_loaded: int
+    load_errors: int
+    seconds: float
+
+
+def default_out() -> Path:
+    """A fresh directory per run under ./demo-out."""
+    return Path("demo-out") / datetime.now().strftime("run-%Y%m%d-%H%M%S")
+
+
+def run_demo(
+    options: DemoOptions,
+    console: Console,
+    *,
+    while_loading: Callable[[Path], None] | None = None,
+) -> DemoRun:
+    """Traffic -> span files -> DuckDB. ``while_loading(db)`` runs once the database exists and
+    before the traffic starts (the dashboard, in OTLP mode, so it fills live)."""
+    started = time.monotonic()
+    out = options.out
+    spans_dir, database = out / "spans", out / "callgate.duckdb"
+    spans_dir.mkdir(parents=True, exist_ok=True)
+    receiver: OTLPReceiver | None = None
+    endpoint = options.otlp_endpoint
+    if options.otlp:
+        writer = SpanFileWriter(spans_dir, prefix="sidecar")
+        receiver = OTLPReceiver(writer, grpc_port=0, http_port=0).start()
+        endpoint = f"http://127.0.0.1:{receiver.grpc_port}"
+        console.print(
+            f"sidecar listening on 127.0.0.1:{receiver.grpc_port} (gRPC), :{receiver.http_port} (HTTP)"
+        )
+    handle = telemetry.configure(
+        service_name="callgate-demo",
+        trail=endpoint is None,
+        trail_dir=spans_dir,
+        otlp=endpoint is not None,
+        otlp_endpoint=endpoint,
+        otlp_protocol="grpc",
+        metrics=False,
+        masking_key=DEMO_MASKING_KEY,
+    )
+    follower: _Follower | None = None
+    if options.otlp:
+        connect(database).close()
+        follower = _Follower(database, spans_dir).start()
+        if while_loading is not None:
+            while_loading(database)
+    try:
+        tally = _traffic(options, handle.observer, console)
+    finally:
+        handle.shutdown()
+        if receiver is not None:
+            receiver.stop()
+        if follower is not None:
+            follower.stop()
+    if options.otlp_endpoint is not None:
+        return DemoRun(
+            tally=tally,
+            spans_dir=spans_dir,
+            database=None,
+            spans_loaded=0,
+            load_errors=0,
+            seconds=time.monotonic() - started,
+        )
+    with console.status("loading span files into DuckDB"):
+        con = connect(database)
+        try:
+            report = load(con, [spans_dir])
+        finally:
+            con.close()
+    loaded = report.spans + (follower.spans if follower else 0)
+    errors = report.errors + (follower.errors if follower else 0)
+    return DemoRun(
+        tally=tally,
+        spans_dir=spans_dir,
+        database=database,
+        spans_loaded=loaded,
+        load_errors=errors,
+        seconds=time.monotonic() - started,
+    )
+
+
+def _traffic(options: DemoOptions, observer: telemetry.OTelObserver, console: Console) -> Tally:
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console, transient=False) as progress:
+        task = progress.add_task("agent sessions", total=options.sessions)
+        return Fleet(sessions=options.sessions, seed=options.seed, observer=observer).run(
+            progress=lambda n: progress.advance(task, n)
+        )
+
+
+class _Follower:
+    """Loads new spans every second, opening the database only for each short load so that
+    readers in other processes (the dashboard opens it read-only) get in between."""
+
+    def __init__(self, database: Path, spans_dir: Path) -> None:
+        self.database, self.spans_dir = database, spans_dir
+        self.spans = self.errors = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="callgate-follow", daemon=True)
+
+    def start(self) -> _Follower:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+    def _run(self) -> None:
+        while not self._stop.wait(1.0):
+            con = connect(self.database)
+            try:
+                report = load(con, [self.spans_dir])
+            finally:
+                con.close()
+            self.spans += report.spans
+            self.errors += report.errors
+
+
+INCIDENT_CODES = ("TAINTED_CONTEXT", "TIMEOUT", "IDEMPOTENCY_CONFLICT", "LOOP_DETECTED")
+"""What makes a call worth opening first, most interesting first."""
+
+
+def show(options: DemoOptions, console: Console, *, dashboard: bool, host: str, port: int) -> None:
+    """The whole demo for a person at a terminal: progress, summary, report, incident, dashboard."""
+    from dashboards.server import free_port, start_server, wait_until_ready
+
+    port = port or free_port(host)
+    url = f"http://{host}:{port}"
+    server: subprocess.Popen[bytes] | None = None
+
+    def serve(database: Path) -> None:
+        nonlocal server
+        server = start_server(db=database, host=host, port=port, output=subprocess.DEVNULL)
+        wait_until_ready(url, process=server, timeout=60)
+        console.print(f"dashboard: [bold]{url}[/bold] (filling live)")
+
+    try:
+        run = run_demo(
+            options, console, while_loading=serve if dashboard and options.otlp else None
+        )
+        _summary(run, console)
+        if run.database is None:
+            return
+        _report(run.database, console)
+        if not dashboard:
+            return
+        if server is None:
+            serve(run.database)
+        console.print(f"\n[bold green]dashboard:[/bold green] {url}   (Ctrl-C to stop)")
+        assert server is not None
+        server.wait()
+    except KeyboardInterrupt:
+        console.print("stopping")
+    finally:
+        if server is not None and server.poll() is None:
+            server.terminate()
+            server.wait(10)
+
+
+def _summary(run: DemoRun, console: Console) -> None:
+    tally = run.tally
+    files = sorted(run.spans_dir.glob("*.jsonl*"))
+    size = sum(f.stat().st_size for f in files)
+    console.print(
+        f"\n{tally.sessions} sessions, {len(tally.outcomes)} calls through the guard, "
+        f"{tally.side_effects} refunds applied, in {run.seconds:.1f} s"
+    )
+    console.print(f"span files: {run.spans_dir} ({len(files)} files, {size / 1e6:.1f} MB)")
+    if run.database is not None:
+        console.print(
+            f"database:   {run.database} ({run.spans_loaded} spans loaded, {run.load_errors} bad lines)"
+        )
+
+
+def _report(database: Path, console: Console) -> None:
+    from analytics import metrics
+    from analytics.cli import collect_report, print_report
+    from analytics.reconstruct import calls_with_code
+
+    con = connect(database, read_only=True)
+    try:
+        data = collect_report(con, metrics.ALL, k=3, min_calls=20, bucket=None)
+        print_report(data, console)
+        for code in INCIDENT_CODES:
+            found = calls_with_code(con, code, limit=1)
+            if found:
+                call = found[0]
+                console.print(
+                    f"\nan incident to open: a {call.tool} call that ended [bold]{code}[/bold] "
+                    f"(session {call.session})\n  callgate trace {call.trace_id} --db {database}"
+                )
+                break
+    finally:
+        con.close()
