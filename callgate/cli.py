@@ -10,6 +10,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from analytics.cli import export_command, load_command, report_command, trace_command
 from guard.replay import Replayer, load_factory, shop_target
 from telemetry.cli import sidecar
 
@@ -43,7 +44,8 @@ def replay(scenario: TextIO, app: str | None, table: bool) -> None:
         click.echo(json.dumps(record, ensure_ascii=False))
 
 
-main.add_command(sidecar)
+for command in (sidecar, load_command, report_command, trace_command, export_command):
+    main.add_command(command)
 
 
 def _print_table(records: list[dict[str, Any]]) -> None:
