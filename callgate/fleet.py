@@ -59,7 +59,9 @@ class Tally:
         asked = {o.approval_id for o in self.outcomes if o.code in ASKS_HUMAN and not o.resumed}
         ends: dict[str, str] = {}
         for o in self.outcomes:
-            if o.resumed and o.approval_id is not None and o.approval_id in asked:  # the latest counts
+            if (
+                o.resumed and o.approval_id is not None and o.approval_id in asked
+            ):  # the latest counts
                 ends[o.approval_id] = _end(o.code)
         counts = Counter(ends.values())
         counts["required"] = len(asked)
@@ -100,7 +102,9 @@ class Fleet:
     sessions: int = 2_000
     seed: int = 7
     observer: Observer | None = None
-    start: float = field(default_factory=lambda: time.time() - DAY)
+    start: float = field(default_factory=lambda: time.time() - DAY - 3_600)
+    """Sessions start over the day after this (by default the day that ended an hour ago, so
+    the confirmations still open at the end expire in the past too)."""
 
     def run(self, progress: Callable[[int], None] | None = None) -> Tally:
         rng = random.Random(self.seed)
@@ -113,11 +117,12 @@ class Fleet:
             policy=shop_policy(rate_limit=RateLimit(calls=5, seconds=1.0)),
         )
         tally, later = Tally(), list[tuple[str, str, float]]()
-        gap = DAY / max(self.sessions, 1)
         customers = sorted(by_customer)
         behaviours, weights = zip(*PERSONAS, strict=True)
         for number in range(self.sessions):
-            clock.advance(rng.expovariate(1 / gap))
+            # Each conversation starts in its own slot of the day, as concurrent ones would: the
+            # time a human takes to approve delays that conversation, not the ones after it.
+            clock.advance(self.start + DAY * (number + rng.random()) / self.sessions - clock.now())
             later = _expire(shop, clock, tally, later, clock.now())
             customer = customers[number % len(customers)]
             persona = Persona(

@@ -1,0 +1,374 @@
+"""Everything the pages show, fetched through analytics' query functions and nothing else.
+
+No SQL here: each function calls :mod:`analytics.metrics` or :mod:`analytics.reconstruct` and, at
+most, adds up their rows (e.g. the per-tool recovery counts into one rate for the Overview). The
+pages format and draw what these return.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TypeVar
+
+import duckdb
+
+from analytics import metrics, reconstruct
+from analytics.metrics import (
+    CallCount,
+    ConfirmationFunnel,
+    FilterOptions,
+    Filters,
+    InvalidField,
+    LoopGuard,
+    Recovery,
+    RejectionRate,
+    Replays,
+    StageLatency,
+    StuckSession,
+)
+
+from .source import Source
+
+__all__ = [
+    "FUNNEL_STEPS",
+    "ConfirmationsData",
+    "FunnelPoint",
+    "Headline",
+    "LatencyData",
+    "LoopsData",
+    "RecoveryData",
+    "RejectionsData",
+    "TraceLookup",
+    "TrendPoint",
+    "confirmations",
+    "examples",
+    "filter_options",
+    "headline",
+    "latency",
+    "lookup",
+    "lookup_supported",
+    "loops",
+    "recovery",
+    "rejections",
+    "trend",
+]
+
+T = TypeVar("T")
+
+
+def filter_options(source: Source) -> FilterOptions:
+    """The services, tools and principals in the source, and its first and last call."""
+    return metrics.filter_options(source)
+
+
+# ---------------------------------------------------------------------------------------------
+# Overview
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Headline:
+    """The Overview's numbers over the filtered calls."""
+
+    calls: int
+    rejected: int
+    """Calls that did not end OK (the rejection rate's numerator)."""
+    fixable_rejected: int
+    """Calls rejected with a code the model can fix (the recovery rate's denominator)."""
+    recovered: int
+    replays: int
+    loop_guards: int
+    """Calls stopped by LOOP_DETECTED, STEP_LIMIT or VALIDATION_BUDGET_EXHAUSTED."""
+    pending: int
+    """Confirmations asked for and not decided yet."""
+
+    @property
+    def rejection_rate(self) -> float | None:
+        """rejected / calls."""
+        return self.rejected / self.calls if self.calls else None
+
+    @property
+    def recovery_rate(self) -> float | None:
+        """recovered / fixable_rejected."""
+        return self.recovered / self.fixable_rejected if self.fixable_rejected else None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TrendPoint:
+    """The Overview's numbers in one time bucket."""
+
+    bucket: datetime
+    headline: Headline
+
+
+def headline(source: Source, filters: Filters) -> Headline | None:
+    """The Overview's numbers; None when no call matches the filters."""
+    points = _headlines(source, filters, None)
+    return points[0].headline if points else None
+
+
+def trend(source: Source, filters: Filters, bucket: timedelta) -> list[TrendPoint]:
+    """The Overview's numbers per bucket, for every bucket that has calls."""
+    return _headlines(source, filters, bucket)
+
+
+def _headlines(source: Source, filters: Filters, bucket: timedelta | None) -> list[TrendPoint]:
+    totals = metrics.overview(source, filters, bucket=bucket)
+    recovery_rows = metrics.recovery_rate(source, filters, bucket=bucket)
+    fixable = _sum_by(recovery_rows, lambda r: r.rejected)
+    recovered = _sum_by(recovery_rows, lambda r: r.recovered)
+    replays = _sum_by(metrics.replays(source, filters, bucket=bucket), lambda r: r.replayed)
+    guards = _sum_by(metrics.loop_guards(source, filters, bucket=bucket), lambda r: r.calls)
+    funnel = metrics.confirmation_funnel(source, filters, bucket=bucket)
+    pending = _sum_by(funnel, lambda r: r.pending)
+    return [
+        TrendPoint(
+            bucket=t.bucket or datetime.min,
+            headline=Headline(
+                calls=t.calls,
+                rejected=t.rejected,
+                fixable_rejected=fixable.get(t.bucket, 0),
+                recovered=recovered.get(t.bucket, 0),
+                replays=replays.get(t.bucket, 0),
+                loop_guards=guards.get(t.bucket, 0),
+                pending=pending.get(t.bucket, 0),
+            ),
+        )
+        for t in totals
+    ]
+
+
+def _sum_by(rows: Iterable[T], value: Callable[[T], int]) -> dict[datetime | None, int]:
+    """Add ``value(row)`` up per bucket."""
+    out: dict[datetime | None, int] = defaultdict(int)
+    for row in rows:
+        out[getattr(row, "bucket", None)] += value(row)
+    return dict(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# Rejections
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RejectionsData:
+    """The Rejections page."""
+
+    cells: list[RejectionRate]
+    """Per (tool, code): calls of the tool that ended with the code, over calls of the tool."""
+    tools: list[RejectionRate]
+    """Per tool: rejected calls over calls."""
+    fields: list[InvalidField]
+    """Top failing fields behind INVALID_ARGUMENTS."""
+    counts: list[CallCount]
+    """Calls per bucket, tool and code (the heatmap's trend)."""
+
+
+def rejections(
+    source: Source, filters: Filters, *, min_calls: int, bucket: timedelta
+) -> RejectionsData:
+    """Rejection rates per tool and code, per tool, the top failing fields, and their trend."""
+    return RejectionsData(
+        cells=metrics.rejection_rate(source, filters, by="tool_code", min_calls=min_calls),
+        tools=metrics.rejection_rate(source, filters, by="tool", min_calls=min_calls),
+        fields=metrics.invalid_fields(source, filters, limit=10),
+        counts=metrics.call_counts(source, filters, bucket=bucket),
+    )
+
+
+_EXAMPLE_SCAN = 2_000
+"""How many calls with the code to read when looking for examples that match the filters."""
+
+
+def examples(
+    source: Source, filters: Filters, *, tool: str, code: str, limit: int = 10
+) -> list[reconstruct.CallSummary]:
+    """Calls of ``tool`` that ended with ``code`` and match ``filters``: traces to open.
+
+    ``reconstruct.calls_with_code`` takes neither filters nor a tool, so the first
+    :data:`_EXAMPLE_SCAN` calls with the code are read and filtered here; on a large database a
+    recent window may find none (the page says so). DuckDB only, like all of reconstruct.
+    """
+    if not isinstance(source, duckdb.DuckDBPyConnection):
+        return []
+    found = reconstruct.calls_with_code(source, code, limit=_EXAMPLE_SCAN)
+    return [c for c in found if c.tool == tool and _matches(c, filters)][:limit]
+
+
+def _matches(call: reconstruct.CallSummary, filters: Filters) -> bool:
+    return (
+        (filters.start is None or call.start_time >= filters.start)
+        and (filters.end is None or call.start_time < filters.end)
+        and (not filters.services or call.service in filters.services)
+        and (not filters.tools or call.tool in filters.tools)
+        and (not filters.principals or call.principal in filters.principals)
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Recovery
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RecoveryData:
+    """The Recovery page."""
+
+    tools: list[Recovery]
+    trend: list[Recovery]
+    """Per bucket and tool."""
+    k: int
+
+
+def recovery(
+    source: Source, filters: Filters, *, k: int, min_calls: int, bucket: timedelta
+) -> RecoveryData:
+    """Recovery rate per tool, and per tool and bucket."""
+    return RecoveryData(
+        tools=metrics.recovery_rate(source, filters, k=k, min_calls=min_calls),
+        trend=metrics.recovery_rate(source, filters, k=k, min_calls=min_calls, bucket=bucket),
+        k=k,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Confirmations
+
+FUNNEL_STEPS: tuple[tuple[str, str, str], ...] = (
+    ("required", "Required", "calls that asked a human"),
+    ("approved_executed", "Executed", "approved, and the resumed call ran"),
+    ("approved_refused", "Refused", "approved, but refused on re-check"),
+    ("denied", "Denied", "the human said no"),
+    ("expired", "Expired", "nobody decided in time"),
+    ("pending", "Pending", "no decision yet"),
+)
+"""The funnel's fields of :class:`~analytics.metrics.ConfirmationFunnel`: label, meaning."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FunnelPoint:
+    """The funnel summed over tools, for one bucket (or the whole window)."""
+
+    bucket: datetime | None
+    counts: dict[str, int]
+    """Field of :data:`FUNNEL_STEPS` -> calls."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ConfirmationsData:
+    """The Confirmations page."""
+
+    tools: list[ConfirmationFunnel]
+    total: FunnelPoint
+    trend: list[FunnelPoint]
+
+
+def confirmations(source: Source, filters: Filters, *, bucket: timedelta) -> ConfirmationsData:
+    """The confirmation funnel per tool, in total, and per bucket."""
+    tools = metrics.confirmation_funnel(source, filters)
+    return ConfirmationsData(
+        tools=tools,
+        total=_funnel_sum(None, tools),
+        trend=[
+            _funnel_sum(b, rows)
+            for b, rows in _group(metrics.confirmation_funnel(source, filters, bucket=bucket))
+        ],
+    )
+
+
+def _funnel_sum(bucket: datetime | None, rows: list[ConfirmationFunnel]) -> FunnelPoint:
+    return FunnelPoint(
+        bucket=bucket,
+        counts={name: sum(getattr(r, name) for r in rows) for name, _, _ in FUNNEL_STEPS},
+    )
+
+
+def _group(
+    rows: list[ConfirmationFunnel],
+) -> list[tuple[datetime | None, list[ConfirmationFunnel]]]:
+    groups: dict[datetime | None, list[ConfirmationFunnel]] = {}
+    for row in rows:
+        groups.setdefault(row.bucket, []).append(row)
+    return list(groups.items())
+
+
+# ---------------------------------------------------------------------------------------------
+# Loops and replays
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LoopsData:
+    """The Loops and replays page."""
+
+    guards: list[LoopGuard]
+    replays: list[Replays]
+    sessions: list[StuckSession]
+    trend: list[LoopGuard]
+
+
+def loops(source: Source, filters: Filters, *, bucket: timedelta, limit: int) -> LoopsData:
+    """Loop guards and replays per tool, the sessions they hit, and loop guards per bucket."""
+    return LoopsData(
+        guards=metrics.loop_guards(source, filters),
+        replays=metrics.replays(source, filters),
+        sessions=metrics.stuck_sessions(source, filters, limit=limit),
+        trend=metrics.loop_guards(source, filters, bucket=bucket),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Latency
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LatencyData:
+    """The Latency page."""
+
+    stages: list[StageLatency]
+    trend: list[StageLatency]
+
+
+def latency(source: Source, filters: Filters, *, bucket: timedelta) -> LatencyData:
+    """Stage latency percentiles over the window and per bucket."""
+    return LatencyData(
+        stages=metrics.stage_latency(source, filters),
+        trend=metrics.stage_latency(source, filters, bucket=bucket),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Trace explorer
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TraceLookup:
+    """What a search found: one trace, or the calls of a session or with a call id."""
+
+    trace: reconstruct.TraceView | None = None
+    calls: tuple[reconstruct.CallSummary, ...] = ()
+    """Calls matched by session or call id (each links to its trace)."""
+    matched: str = ""
+    """What the query matched: "trace", "session", "call id" or "" (nothing)."""
+
+
+def lookup_supported(source: Source) -> bool:
+    """Trace reconstruction reads DuckDB (analytics.reconstruct has no ClickHouse backend yet)."""
+    return isinstance(source, duckdb.DuckDBPyConnection)
+
+
+def lookup(source: Source, query: str) -> TraceLookup:
+    """Find ``query`` as a trace id, then as a session, then as a call id."""
+    query = query.strip()
+    if not query or not isinstance(source, duckdb.DuckDBPyConnection):
+        return TraceLookup()  # see lookup_supported
+    found = reconstruct.trace(source, query)
+    if found is not None:
+        return TraceLookup(trace=found, calls=found.calls, matched="trace")
+    session = reconstruct.session_calls(source, query)
+    if session:
+        return TraceLookup(calls=tuple(session), matched="session")
+    by_call_id = reconstruct.calls_by_call_id(source, query)
+    if by_call_id:
+        return TraceLookup(calls=tuple(by_call_id), matched="call id")
+    return TraceLookup()

@@ -1,0 +1,98 @@
+"""Start the dashboard as a Streamlit server in a subprocess, and wait until it answers.
+
+Used by ``callgate dashboard``, the tests and the demo::
+
+    process = start_server(db="calls.duckdb", port=8502)
+    wait_until_ready("http://127.0.0.1:8502", process=process)
+    ...
+    process.terminate()
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import IO
+
+from .settings import DEFAULT_REFRESH_SECONDS, Settings
+
+__all__ = ["APP", "free_port", "start_server", "streamlit_command", "wait_until_ready"]
+
+APP = Path(__file__).with_name("app.py")
+"""The Streamlit script."""
+
+
+def streamlit_command(*, host: str, port: int) -> list[str]:
+    """``streamlit run dashboards/app.py`` headless on ``host:port``, without telemetry."""
+    return [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(APP),
+        "--server.headless=true",
+        f"--server.address={host}",
+        f"--server.port={port}",
+        "--server.fileWatcherType=none",
+        "--browser.gatherUsageStats=false",
+        "--client.toolbarMode=viewer",
+        "--logger.level=warning",
+    ]
+
+
+def start_server(
+    *,
+    db: str | os.PathLike[str] | None = None,
+    clickhouse: str | None = None,
+    host: str = "127.0.0.1",
+    port: int = 8501,
+    refresh_seconds: int = DEFAULT_REFRESH_SECONDS,
+    output: IO[bytes] | int | None = None,
+) -> subprocess.Popen[bytes]:
+    """Start the dashboard on ``host:port`` reading ``db`` or ``clickhouse``; return the process.
+
+    ``output`` receives the server's stdout and stderr (None: inherited). The caller owns the
+    process: ``terminate()`` it when done.
+    """
+    settings = Settings(
+        db=str(Path(db).absolute()) if db is not None else None,
+        clickhouse=clickhouse,
+        refresh_seconds=refresh_seconds,
+    )
+    env = {**os.environ, **settings.to_env()}
+    return subprocess.Popen(
+        streamlit_command(host=host, port=port), env=env, stdout=output, stderr=output
+    )
+
+
+def wait_until_ready(
+    url: str, *, timeout: float = 30.0, process: subprocess.Popen[bytes] | None = None
+) -> None:
+    """Poll ``url``'s health endpoint until it answers; fail early if ``process`` exits."""
+    health = url.rstrip("/") + "/_stcore/health"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"the dashboard exited with code {process.returncode}")
+        try:
+            with urllib.request.urlopen(health, timeout=1) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.1)
+    raise TimeoutError(f"the dashboard did not answer at {health} within {timeout:.0f} s")
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nobody listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+        return port

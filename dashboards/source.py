@@ -1,0 +1,122 @@
+"""Opening the data source for one render: a DuckDB file read-only, or ClickHouse.
+
+A DuckDB file is opened at the start of a render and closed at its end, never held between
+renders: a read-only handle takes a shared lock on the file, and the writer (``callgate load
+--follow`` or the sidecar) needs it back to append. When the writer holds the lock, opening is
+retried briefly; if it still fails the page says so and the next auto-refresh tries again.
+
+Problems the user can act on (no source given, no file yet, not a callgate database, locked)
+come back as :class:`Unavailable` values with a message, never as tracebacks.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+
+from analytics import clickhouse, load, metrics
+
+from .settings import Settings
+
+__all__ = ["Source", "Unavailable", "open_source", "source_errors"]
+
+Source = metrics.Source
+"""What analytics' query functions take: a DuckDB connection or a metrics Backend."""
+
+_LOCK_RETRIES = 10
+_LOCK_PAUSE_S = 0.1
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Unavailable:
+    """Why there is nothing to show, in words for the person looking at the page."""
+
+    title: str
+    detail: str
+
+
+@contextmanager
+def open_source(settings: Settings) -> Iterator[Source | Unavailable]:
+    """Yield a source for analytics' query functions, or why there is none; close it after."""
+    if settings.clickhouse:
+        yield _clickhouse(settings.clickhouse)
+        return
+    if not settings.db:
+        yield Unavailable(
+            title="No data source",
+            detail="Start the dashboard with `callgate dashboard --db FILE` "
+            "or `callgate dashboard --clickhouse URL`.",
+        )
+        return
+    opened = _open_duckdb(Path(settings.db))
+    if isinstance(opened, Unavailable):
+        yield opened
+        return
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+def _open_duckdb(path: Path) -> duckdb.DuckDBPyConnection | Unavailable:
+    if not path.exists():
+        return Unavailable(
+            title=f"No database at {path}",
+            detail=f"Load span files into it first: `callgate load PATH... --db {path}`. "
+            "This page checks again at every refresh.",
+        )
+    error: duckdb.Error | None = None
+    for _ in range(_LOCK_RETRIES):
+        try:
+            return load.connect(path, read_only=True)
+        except duckdb.IOException as exc:  # most often: a writer holds the file's lock
+            error = exc
+            time.sleep(_LOCK_PAUSE_S)
+        except duckdb.Error as exc:
+            return Unavailable(title=f"Cannot open {path}", detail=_first_line(exc))
+    return Unavailable(
+        title=f"{path} is busy",
+        detail=f"Another process is writing to it ({_first_line(error)}). "
+        "The next refresh tries again.",
+    )
+
+
+def _clickhouse(url: str) -> Source | Unavailable:
+    shown = Settings(clickhouse=url).describe()
+    try:
+        return connect_clickhouse(url)
+    except RuntimeError as exc:  # clickhouse-connect is not installed
+        return Unavailable(title=f"Cannot read {shown}", detail=_first_line(exc))
+    except source_errors() as exc:
+        return Unavailable(title=f"Cannot reach {shown}", detail=_first_line(exc))
+
+
+def connect_clickhouse(url: str) -> metrics.Backend:
+    """A metrics backend for a ClickHouse URL (the seam the tests replace with chDB)."""
+    return clickhouse.connect_url(url)
+
+
+def source_errors() -> tuple[type[Exception], ...]:
+    """Errors a source raises for reasons outside the dashboard: shown as messages, not tracebacks.
+
+    DuckDB's, network errors, and clickhouse-connect's when it is installed.
+    """
+    errors: list[type[Exception]] = [duckdb.Error, OSError]
+    try:
+        from clickhouse_connect.driver.exceptions import (  # type: ignore[import-not-found, unused-ignore]
+            ClickHouseError,
+        )
+    except ImportError:
+        pass
+    else:
+        errors.append(ClickHouseError)
+    return tuple(errors)
+
+
+def _first_line(error: BaseException | None) -> str:
+    return str(error).strip().splitlines()[0] if error else "unknown error"

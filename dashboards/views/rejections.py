@@ -1,0 +1,149 @@
+"""Rejections: which tool fails with which code, the fields behind INVALID_ARGUMENTS, drill-down."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import altair as alt
+import streamlit as st
+
+from .. import charts, data, fmt
+from .base import Page, PageContext, trace_link
+
+__all__ = ["PAGE"]
+
+_CELL_KEY = "rejections_cell"
+
+
+def render(ctx: PageContext) -> None:
+    """Heatmap with counts and rates, per-tool rates, top failing fields, one cell in detail."""
+    st.header("Rejections")
+    min_calls = int(
+        st.columns(4)[0].number_input(
+            "Minimum calls for a rate",
+            min_value=1,
+            value=20,
+            key="rejections_min_calls",
+            help="Below this many calls of a tool, its rates show as — so one call "
+            "does not read as 100%.",
+        )
+    )
+    found = data.rejections(ctx.source, ctx.filters, min_calls=min_calls, bucket=ctx.bucket)
+    if not found.cells:
+        st.success("No rejections in this window.")
+        return
+    cells: list[dict[str, Any]] = [
+        {"tool": r.tool, "code": r.code, "rejected": r.rejected, "calls": r.calls, "rate": r.rate}
+        for r in found.cells
+    ]
+    pick = alt.selection_point(name="cell", fields=["tool", "code"])
+    st.subheader("Tool by code")
+    st.altair_chart(
+        charts.heatmap(cells, selection=pick),
+        width="stretch",
+        key="rejections_heatmap",
+        on_select=_on_heatmap_select,
+    )
+    st.dataframe(
+        [{**c, "rate": fmt.rate(c["rate"])} for c in cells],
+        hide_index=True,
+        column_config={"rejected": "calls with code", "calls": "calls of tool"},
+    )
+    left, right = st.columns(2)
+    with left:
+        st.subheader("Per tool")
+        st.dataframe(
+            [
+                {
+                    "tool": r.tool,
+                    "rejected": r.rejected,
+                    "calls": r.calls,
+                    "rate": fmt.rate(r.rate),
+                }
+                for r in found.tools
+            ],
+            hide_index=True,
+        )
+    with right:
+        st.subheader("Top failing fields (INVALID_ARGUMENTS)")
+        _fields(found)
+    _drill_down(ctx, found)
+
+
+def _fields(found: data.RejectionsData) -> None:
+    if not found.fields:
+        st.caption("No INVALID_ARGUMENTS rejections.")
+        return
+    rows = [
+        {
+            "tool": f.tool,
+            "field": f.field,
+            "calls": f.calls,
+            "of INVALID_ARGUMENTS": f.invalid_calls,
+            "share": fmt.rate(f.share),
+        }
+        for f in found.fields
+    ]
+    st.dataframe(rows, hide_index=True)
+    st.altair_chart(
+        charts.bars(
+            [{"field": f"{f.tool} {f.field}", "calls": f.calls} for f in found.fields],
+            x="calls",
+            y="field",
+        ),
+        width="stretch",
+    )
+
+
+def _on_heatmap_select() -> None:
+    """Clicking a heatmap cell picks it for the drill-down below."""
+    state: Any = st.session_state.get("rejections_heatmap")
+    points = (state or {}).get("selection", {}).get("cell") or []
+    if points:
+        st.session_state[_CELL_KEY] = f"{points[0]['tool']} · {points[0]['code']}"
+
+
+def _drill_down(ctx: PageContext, found: data.RejectionsData) -> None:
+    st.subheader("Drill-down")
+    labels = [f"{r.tool} · {r.code}" for r in sorted(found.cells, key=lambda r: -r.rejected)]
+    if st.session_state.get(_CELL_KEY) not in labels:
+        st.session_state[_CELL_KEY] = labels[0]
+    label = st.selectbox("Tool and code (or click a heatmap cell)", labels, key=_CELL_KEY)
+    tool, code = str(label).split(" · ", 1)
+    cell = next(r for r in found.cells if r.tool == tool and r.code == code)
+    st.markdown(
+        f"**{fmt.count(cell.rejected)}** of {fmt.count(cell.calls)} `{tool}` calls ended "
+        f"`{code}` ({fmt.rate(cell.rate)})."
+    )
+    trend = [
+        {"bucket": c.bucket, "calls": c.calls, "code": code}
+        for c in found.counts
+        if c.tool == tool and c.code == code
+    ]
+    st.altair_chart(
+        charts.stacked_bars(trend, x="bucket", y="calls", color="code", title=f"{tool} · {code}"),
+        width="stretch",
+    )
+    found_examples = data.examples(ctx.source, ctx.filters, tool=tool, code=code)
+    st.markdown("**Example traces**")
+    if not found_examples:
+        st.caption("No example found among the oldest calls with this code in the database.")
+        return
+    st.dataframe(
+        [
+            {
+                "trace": trace_link(trace=c.trace_id),
+                "start": fmt.when(c.start_time),
+                "session": c.session,
+                "step": c.step,
+                "principal": c.principal,
+                "arguments": c.arguments,
+            }
+            for c in found_examples
+        ],
+        hide_index=True,
+        column_config={"trace": st.column_config.LinkColumn("trace", display_text=r"trace=(.*)$")},
+    )
+
+
+PAGE = Page(slug="rejections", title="Rejections", render=render)

@@ -1,0 +1,188 @@
+"""Trace explorer: find a call by trace id, session or call id; its stages as a waterfall.
+
+The URL carries the search (``?page=trace&trace=<id>``, ``&session=<s>``, ``&call_id=<c>``), so a
+link from another page, a chat message or an incident ticket opens the same view.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import streamlit as st
+
+from analytics import reconstruct
+
+from .. import charts, data, fmt
+from .base import Page, PageContext, trace_link
+
+__all__ = ["PAGE"]
+
+_QUERY_KEY = "trace_query"
+_PARAMS = ("trace", "session", "call_id", "q")
+
+
+def render(ctx: PageContext) -> None:
+    """A search box, what it matched, and the trace it opens."""
+    st.header("Trace explorer")
+    if not data.lookup_supported(ctx.source):
+        st.info(
+            "The trace explorer reads a DuckDB file. For ClickHouse, load the collector's span "
+            "files with `callgate load` and run `callgate dashboard --db FILE`."
+        )
+        return
+    if _QUERY_KEY not in st.session_state:
+        st.session_state[_QUERY_KEY] = next(
+            (str(st.query_params[p]) for p in _PARAMS if p in st.query_params), ""
+        )
+    query = str(st.text_input("Trace id, session or call id", key=_QUERY_KEY)).strip()
+    if not query:
+        st.caption("Paste a trace id from a log line, a session id or the model's call id.")
+        return
+    found = data.lookup(ctx.source, query)
+    if found.trace is None and not found.calls:
+        st.warning(f"Nothing found for `{query}`.")
+        return
+    _keep_in_url(found.matched, query)
+    if found.trace is not None:
+        _trace(ctx, found.trace)
+        return
+    st.markdown(f"**{len(found.calls)}** call(s) in {found.matched} `{query}`")
+    _call_table(found.calls)
+    labels = {_label(c): c.trace_id for c in found.calls}
+    picked = st.selectbox("Open a call", list(labels), key="trace_pick")
+    view = data.lookup(ctx.source, labels[str(picked)]).trace
+    if view is not None:
+        _trace(ctx, view)
+
+
+def _keep_in_url(matched: str, query: str) -> None:
+    """Put the search in the URL, so the address bar is a link to what is on screen."""
+    param = {"trace": "trace", "session": "session", "call id": "call_id"}[matched]
+    if st.query_params.get(param) != query:
+        for other in _PARAMS:
+            if other in st.query_params:
+                del st.query_params[other]
+        st.query_params[param] = query
+
+
+def _label(call: reconstruct.CallSummary) -> str:
+    return f"step {call.step} · {call.tool} · {call.code} · {call.trace_id}"
+
+
+def _call_table(calls: tuple[reconstruct.CallSummary, ...]) -> None:
+    st.dataframe(
+        [
+            {
+                "trace": trace_link(trace=c.trace_id),
+                "start": fmt.when(c.start_time),
+                "step": c.step,
+                "tool": c.tool,
+                "code": c.code,
+                "stage": c.rejected_stage,
+                "replayed": c.replayed,
+                "approval": c.approval_outcome,
+                "ms": round(c.duration_ms, 3),
+            }
+            for c in calls
+        ],
+        hide_index=True,
+        column_config={"trace": st.column_config.LinkColumn("trace", display_text=r"trace=(.*)$")},
+    )
+
+
+def _trace(ctx: PageContext, view: reconstruct.TraceView) -> None:
+    st.subheader(f"Trace {view.trace_id}")
+    call = view.calls[0] if view.calls else None
+    if call is not None:
+        facts = {
+            "tool": call.tool,
+            "code": call.code,
+            "stage": call.rejected_stage or "—",
+            "session": call.session,
+            "principal": call.principal,
+            "call id": call.call_id,
+            "step": call.step,
+            "attempts": call.attempts,
+            "outcome": call.outcome,
+        }
+        st.markdown(" · ".join(f"**{k}** `{v}`" for k, v in facts.items()))
+    rows = _waterfall_rows(view)
+    st.altair_chart(charts.waterfall(rows), width="stretch")
+    # A static table (not a canvas grid): a handful of rows that people copy into tickets.
+    st.table(
+        [
+            {
+                "span": r["span"],
+                "outcome": r["outcome"],
+                "code": r["code"],
+                "start (ms)": f"{r['start_ms']:.3f}",
+                "duration (ms)": f"{r['duration_ms']:.3f}",
+            }
+            for r in rows
+        ]
+    )
+    if call is not None and call.arguments:
+        st.markdown("**Arguments** (masked before they were recorded)")
+        st.code(_pretty(call.arguments), language="json")
+    retries = [
+        {"span": node.name, "event": e.name, "time": fmt.when(e.time), **e.attributes}
+        for node in _nodes(view)
+        for e in node.events
+    ]
+    if retries:
+        st.markdown("**Events**")
+        st.dataframe(retries, hide_index=True)
+    if view.approvals:
+        st.markdown("**Approval history**")
+        _call_table(view.approvals)
+    _reproduce(ctx, view)
+
+
+def _nodes(view: reconstruct.TraceView) -> list[reconstruct.SpanNode]:
+    out: list[reconstruct.SpanNode] = []
+    stack = list(reversed(view.roots))
+    while stack:
+        node = stack.pop()
+        out.append(node)
+        stack.extend(reversed(node.children))
+    return out
+
+
+def _waterfall_rows(view: reconstruct.TraceView) -> list[dict[str, Any]]:
+    nodes = _nodes(view)
+    t0 = min(n.start_time for n in nodes)
+    rows = []
+    for node in nodes:
+        start = (node.start_time - t0).total_seconds() * 1000
+        outcome = node.stage_outcome or ("call" if node.stage is None else "")
+        rows.append(
+            {
+                "span": node.stage or node.name,
+                "outcome": outcome,
+                "code": node.code or "",
+                "start_ms": start,
+                "end_ms": start + node.duration_ms,
+                "duration_ms": node.duration_ms,
+                "label": f"{node.code or outcome} · {fmt.ms(node.duration_ms)}",
+            }
+        )
+    return rows
+
+
+def _pretty(arguments: str) -> str:
+    try:
+        return json.dumps(json.loads(arguments), indent=2, ensure_ascii=False)
+    except ValueError:
+        return arguments
+
+
+def _reproduce(ctx: PageContext, view: reconstruct.TraceView) -> None:
+    st.markdown(f"[Link to this view]({trace_link(trace=view.trace_id)})")
+    source = f"--db {ctx.settings.db}" if ctx.settings.db else "--clickhouse URL"
+    st.code(f"callgate trace {view.trace_id} {source}", language="bash")
+    with st.expander("As `callgate trace --json` prints it"):
+        st.json(reconstruct.to_jsonable(view), expanded=False)
+
+
+PAGE = Page(slug="trace", title="Trace explorer", render=render)

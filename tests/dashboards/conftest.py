@@ -1,0 +1,60 @@
+"""A fixture database made by analytics' own generator and loader, and AppTest on the real script."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import duckdb
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from analytics.load import connect, load
+from analytics.synth import generate, write_span_file
+from dashboards.server import APP
+from dashboards.settings import CLICKHOUSE_ENV, DB_ENV, REFRESH_ENV
+
+
+def build_db(directory: Path, *, spans: int, seed: int, tag: str = "") -> Path:
+    """Generate ``spans`` synthetic spans and load them into ``directory/calls.duckdb``."""
+    span_file = write_span_file(
+        directory / f"spans-{seed}.jsonl", generate(spans=spans, seed=seed, tag=tag)
+    )
+    db = directory / "calls.duckdb"
+    con = connect(db)
+    try:
+        load(con, [span_file])
+    finally:
+        con.close()
+    return db
+
+
+@pytest.fixture(scope="session")
+def fixture_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """About 2,200 calls over three hours, two services, four tools."""
+    return build_db(tmp_path_factory.mktemp("dashboards"), spans=20_000, seed=1)
+
+
+@pytest.fixture
+def con(fixture_db: Path) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A read-only connection for computing the expected numbers with analytics."""
+    connection = connect(fixture_db, read_only=True)
+    yield connection
+    connection.close()
+
+
+def make_app(monkeypatch: pytest.MonkeyPatch, db: Path | str | None) -> AppTest:
+    """The dashboard script under AppTest, reading ``db``, auto-refresh off."""
+    monkeypatch.delenv(CLICKHOUSE_ENV, raising=False)
+    if db is None:
+        monkeypatch.delenv(DB_ENV, raising=False)
+    else:
+        monkeypatch.setenv(DB_ENV, str(db))
+    monkeypatch.setenv(REFRESH_ENV, "0")
+    return AppTest.from_file(str(APP), default_timeout=30)
+
+
+@pytest.fixture
+def app(fixture_db: Path, monkeypatch: pytest.MonkeyPatch) -> AppTest:
+    """The dashboard on the fixture database, not yet run."""
+    return make_app(monkeypatch, fixture_db)

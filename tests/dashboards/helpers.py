@@ -1,0 +1,75 @@
+"""Reading what a page shows back into numbers, and the Overview's numbers from analytics."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from analytics import metrics
+from analytics.metrics import Filters
+from dashboards.fmt import NO_RATE
+
+
+def parse_count(text: str) -> int:
+    """``2,255`` -> 2255."""
+    return int(text.replace(",", ""))
+
+
+def parse_rate(text: str) -> float | None:
+    """``36.4%`` -> 0.364; an em dash -> None."""
+    return None if text == NO_RATE else float(text.rstrip("%")) / 100
+
+
+@dataclass(frozen=True)
+class Expected:
+    """The Overview's six numbers as analytics computes them."""
+
+    calls: int
+    rejection_rate: float | None
+    recovery_rate: float | None
+    replays: int
+    loop_guards: int
+    pending: int
+
+
+def expected_overview(source: metrics.Source, filters: Filters) -> Expected:
+    """Compute the Overview's numbers straight from analytics' query functions."""
+    [total] = metrics.overview(source, filters)
+    recovery = metrics.recovery_rate(source, filters)
+    fixable = sum(r.rejected for r in recovery)
+    return Expected(
+        calls=total.calls,
+        rejection_rate=total.rejected / total.calls,
+        recovery_rate=sum(r.recovered for r in recovery) / fixable if fixable else None,
+        replays=sum(r.replayed for r in metrics.replays(source, filters)),
+        loop_guards=sum(g.calls for g in metrics.loop_guards(source, filters)),
+        pending=sum(f.pending for f in metrics.confirmation_funnel(source, filters)),
+    )
+
+
+def shown(labels_to_values: dict[str, str]) -> Expected:
+    """The Overview's numbers as the page shows them, parsed."""
+    return Expected(
+        calls=parse_count(labels_to_values["Calls"]),
+        rejection_rate=parse_rate(labels_to_values["Rejection rate"]),
+        recovery_rate=parse_rate(labels_to_values["Recovery rate"]),
+        replays=parse_count(labels_to_values["Replays"]),
+        loop_guards=parse_count(labels_to_values["Loop guards"]),
+        pending=parse_count(labels_to_values["Pending approvals"]),
+    )
+
+
+def assert_same(page: Expected, expected: Expected) -> None:
+    """Counts equal; rates equal to the 0.1% the page rounds them to."""
+    assert (page.calls, page.replays, page.loop_guards, page.pending) == (
+        expected.calls,
+        expected.replays,
+        expected.loop_guards,
+        expected.pending,
+    )
+    for got, want in (
+        (page.rejection_rate, expected.rejection_rate),
+        (page.recovery_rate, expected.recovery_rate),
+    ):
+        assert (got is None) == (want is None)
+        if got is not None and want is not None:
+            assert abs(got - want) <= 0.0005 + 1e-12

@@ -1,0 +1,196 @@
+"""The dashboard in a real browser: Debian's chromium, headless, driven by Playwright.
+
+No browser is downloaded: Playwright drives /usr/bin/chromium (``make test`` installs it). A
+missing chromium fails the test with instructions; it is never skipped silently.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import duckdb
+import pytest
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+
+from analytics import metrics, reconstruct
+from analytics.load import connect, load
+from analytics.metrics import Filters
+from analytics.synth import generate, write_span_file
+from dashboards import free_port, start_server, wait_until_ready
+from dashboards.views import PAGES
+
+from .helpers import assert_same, expected_overview, shown
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, fixture_db: Path) -> Iterator[str]:
+    """The dashboard on a free 127.0.0.1 port, auto-refresh off so readings are stable."""
+    port = free_port()
+    log_path = tmp_path_factory.mktemp("server") / "streamlit.log"
+    with log_path.open("wb") as log:
+        process = start_server(db=fixture_db, port=port, refresh_seconds=0, output=log)
+        try:
+            wait_until_ready(f"http://127.0.0.1:{port}", process=process, timeout=60)
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            process.terminate()
+            process.wait(timeout=15)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    """Headless Debian chromium; fails (does not skip) when it is not installed."""
+    if not CHROMIUM.exists():
+        pytest.fail(
+            f"{CHROMIUM} is missing: install Debian's chromium (`apt-get install -y chromium`; "
+            "`make test` does it) to run the dashboard's browser test."
+        )
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(
+            executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True
+        )
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    """A fresh tab, wide enough for the six headline tiles."""
+    tab = browser.new_page(viewport={"width": 1500, "height": 1100})
+    yield tab
+    tab.close()
+
+
+def open_page(page: Page, server: str, query: str, title: str) -> None:
+    """Load ``?query`` and wait until the page's header is drawn and the script stopped."""
+    page.goto(f"{server}/?{query}")
+    page.get_by_role("heading", name=title, exact=True).wait_for(timeout=30_000)
+    page.wait_for_function(
+        "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')"
+        " || !document.querySelector('[data-testid=\"stStatusWidget\"]').innerText"
+        ".includes('Running')",
+        timeout=30_000,
+    )
+    page.wait_for_timeout(500)  # let Vega finish painting before a screenshot
+
+
+class TestBrowser:
+    def test_overview_numbers_equal_analytics(
+        self, page: Page, server: str, fixture_db: Path, tmp_path: Path
+    ) -> None:
+        """The six numbers read from the rendered Overview are analytics' numbers."""
+        open_page(page, server, "page=overview", "Overview")
+        tiles = page.locator('[data-testid="stMetric"]')
+        tiles.nth(5).wait_for()
+        readings = {
+            tiles.nth(i).locator('[data-testid="stMetricLabel"]').inner_text().strip(): tiles.nth(i)
+            .locator('[data-testid="stMetricValue"]')
+            .inner_text()
+            .strip()
+            for i in range(tiles.count())
+        }
+        con = duckdb.connect(str(fixture_db), read_only=True)
+        try:
+            expected = expected_overview(con, Filters())
+        finally:
+            con.close()
+        assert_same(shown(readings), expected)
+        page.screenshot(path=str(tmp_path / "overview.png"), full_page=True)
+
+    def test_trace_opened_by_id_shows_its_stages(
+        self, page: Page, server: str, fixture_db: Path, tmp_path: Path
+    ) -> None:
+        """A trace opened by id lists its stages in pipeline order with the rejecting code."""
+        con = duckdb.connect(str(fixture_db), read_only=True)
+        try:
+            session = metrics.stuck_sessions(con, limit=1)[0].session
+            rejected = next(c for c in reconstruct.session_calls(con, session) if not c.ok)
+            view = reconstruct.trace(con, rejected.trace_id)
+        finally:
+            con.close()
+        assert view is not None
+        stages = [child.stage for child in view.roots[0].children]
+        open_page(page, server, f"page=trace&trace={rejected.trace_id}", "Trace explorer")
+        table = page.locator('[data-testid="stTable"] table').first
+        table.wait_for(timeout=30_000)
+        rows = [row.locator("td").all_inner_texts() for row in table.locator("tbody tr").all()]
+        assert [cells[0] for cells in rows] == [f"execute_tool {rejected.tool}", *stages]
+        assert [cells[1] for cells in rows][1:] == ["pass"] * (len(stages) - 1) + ["reject"]
+        assert rows[-1][2] == rejected.code
+        page.screenshot(path=str(tmp_path / "trace.png"), full_page=True)
+
+    def test_screenshot_of_every_page(self, page: Page, server: str, tmp_path: Path) -> None:
+        """Every page renders in the browser without an exception; a screenshot of each is kept."""
+        shots = tmp_path / "screenshots"
+        shots.mkdir()
+        for entry in PAGES:
+            open_page(page, server, f"page={entry.slug}", entry.title)
+            assert page.locator('[data-testid="stException"]').count() == 0, entry.slug
+            page.screenshot(path=str(shots / f"{entry.slug}.png"), full_page=True)
+        assert sorted(p.stem for p in shots.iterdir()) == sorted(p.slug for p in PAGES)
+
+
+class TestAutoRefresh:
+    def test_page_follows_a_filling_database(
+        self, browser: Browser, fixture_db: Path, tmp_path: Path
+    ) -> None:
+        """With auto-refresh on, spans loaded while the page is open appear without a reload."""
+        db = tmp_path / "growing.duckdb"
+        shutil.copy(fixture_db, db)
+        port = free_port()
+        with (tmp_path / "streamlit.log").open("wb") as log:
+            process = start_server(db=db, port=port, refresh_seconds=5, output=log)
+            try:
+                url = f"http://127.0.0.1:{port}"
+                wait_until_ready(url, process=process, timeout=60)
+                tab = browser.new_page(viewport={"width": 1500, "height": 1100})
+                open_page(tab, url, "page=overview", "Overview")
+                calls = tab.locator('[data-testid="stMetricValue"]').first
+                before = calls.inner_text()
+                _load_more(db, tmp_path)
+                expected = f"{_calls_in(db):,}"
+                assert expected != before
+                expect(calls).to_have_text(expected, timeout=20_000)
+                tab.close()
+            finally:
+                process.terminate()
+                process.wait(timeout=15)
+
+
+def _load_more(db: Path, directory: Path) -> None:
+    """Load another batch of spans, as `callgate load --follow` would, while the page is open."""
+    more = write_span_file(directory / "more.jsonl", generate(spans=3_000, seed=11, tag="c"))
+    for _ in range(50):  # the dashboard holds the file only while it renders
+        try:
+            writer = connect(db)
+            break
+        except duckdb.IOException:
+            time.sleep(0.1)
+    else:
+        raise AssertionError("the dashboard never let go of the database file")
+    try:
+        load(writer, [more])
+    finally:
+        writer.close()
+
+
+def _calls_in(db: Path) -> int:
+    reader = connect(db, read_only=True)
+    try:
+        return metrics.overview(reader)[0].calls
+    finally:
+        reader.close()
