@@ -9,6 +9,8 @@ import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from telemetry import attributes as attr
+
 from .dialect import DUCKDB, Dialect
 from .query import (
     ALL,
@@ -30,18 +32,8 @@ __all__ = [
 ]
 
 
-PIPELINE_STAGES: tuple[str, ...] = (
-    "budget",
-    "resolve",
-    "parse",
-    "schema",
-    "idempotency",
-    "rules",
-    "policy",
-    "confirm",
-    "execute",
-)
-"""Stage order, for sorting stage rows the way the pipeline runs them."""
+PIPELINE_STAGES: tuple[str, ...] = attr.STAGES
+"""Stage order, for sorting stage rows the way the pipeline runs them (the span contract's)."""
 
 # ---------------------------------------------------------------------------------------------
 # Stage latency

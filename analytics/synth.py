@@ -21,17 +21,7 @@ from telemetry import attributes as A
 
 __all__ = ["STAGES", "Call", "SpanFileWriter", "encode_request", "generate", "write_span_file"]
 
-STAGES: tuple[str, ...] = (
-    "budget",
-    "resolve",
-    "parse",
-    "schema",
-    "idempotency",
-    "rules",
-    "policy",
-    "confirm",
-    "execute",
-)
+STAGES: tuple[str, ...] = A.STAGES
 """The pipeline's stages in order (the ``guard.<stage>`` child spans)."""
 
 _STAGE_OF_CODE: dict[str, str] = {

@@ -50,6 +50,7 @@ __all__ = [
     "RISK",
     "ROLE",
     "SCHEMA_HASH",
+    "STAGES",
     "STAGE_ATTRIBUTES",
     "STAGE_CODE",
     "STAGE_NAME",
@@ -81,6 +82,19 @@ STAGE_SPAN_PREFIX = "guard."
 """Stage spans are named ``guard.{stage}``: budget, resolve, parse, schema, idempotency, rules,
 policy, confirm, execute."""
 OPERATION_EXECUTE_TOOL = "execute_tool"
+STAGES: tuple[str, ...] = (
+    "budget",
+    "resolve",
+    "parse",
+    "schema",
+    "idempotency",
+    "rules",
+    "policy",
+    "confirm",
+    "execute",
+)
+"""The stages in the order the pipeline runs them; a call's stage spans are a prefix of this
+(a resumed call starts at ``resolve``; a decided-against one is ``confirm`` alone)."""
 INSTRUMENTATION_SCOPE = "callgate.telemetry"
 """The instrumentation scope of every span callgate emits."""
 

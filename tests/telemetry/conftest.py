@@ -18,6 +18,7 @@ from guard.registry import Effect, Risk, ToolSpec
 from guard.result import Outcome, Problem, ToolResult
 from guard.session import Principal
 from telemetry import Masker
+from telemetry import attributes as attr
 
 KEY = b"test-deployment-key"
 
@@ -44,7 +45,7 @@ PAY = ToolSpec(
     risk=Risk.HIGH,
 )
 
-STAGES = ("budget", "resolve", "parse", "schema", "idempotency", "rules", "policy", "confirm", "execute")
+STAGES = attr.STAGES
 
 
 def make_call(
@@ -128,7 +129,7 @@ def closed_port() -> Iterator[int]:
 
 def attribute_value(value: dict[str, Any]) -> Any:
     """An OTLP JSON AnyValue as a Python value."""
-    (kind, inner), = value.items()
+    ((kind, inner),) = value.items()
     if kind == "intValue":
         return int(inner)
     if kind == "arrayValue":

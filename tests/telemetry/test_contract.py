@@ -152,3 +152,12 @@ class TestEmitted:
         }
         assert {"OK", "INVALID_ARGUMENTS", "TAINTED_CONTEXT", "CONFIRMATION_REQUIRED",
                 "CONFIRMATION_DENIED", "CONFIRMATION_EXPIRED", "UPSTREAM_UNAVAILABLE"} <= codes  # fmt: skip
+
+
+class TestStageOrder:
+    def test_contract_stages_are_the_guards_chain(self) -> None:
+        """The span contract's stage list is the guard's default chain, in order."""
+        from guard.shop import build_shop
+        from telemetry import attributes
+
+        assert tuple(stage.name for stage in build_shop().guard.stages) == attributes.STAGES
