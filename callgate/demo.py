@@ -7,6 +7,7 @@ exported over OTLP to a sidecar that writes the span files, loaded live while th
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import threading
 import time
@@ -184,12 +185,14 @@ def show(options: DemoOptions, console: Console, *, dashboard: bool, host: str, 
     port = port or free_port(host)
     url = f"http://{host}:{port}"
     server: subprocess.Popen[bytes] | None = None
+    signal.signal(signal.SIGTERM, _exit)  # a terminated demo still stops its dashboard
 
     def serve(database: Path) -> None:
         nonlocal server
         server = start_server(db=database, host=host, port=port, output=subprocess.DEVNULL)
         wait_until_ready(url, process=server, timeout=60)
-        console.print(f"dashboard: [bold]{url}[/bold] (filling live)")
+        if options.otlp:
+            console.print(f"dashboard: [bold]{url}[/bold] (filling live as spans arrive)")
 
     try:
         run = run_demo(
@@ -212,6 +215,10 @@ def show(options: DemoOptions, console: Console, *, dashboard: bool, host: str, 
         if server is not None and server.poll() is None:
             server.terminate()
             server.wait(10)
+
+
+def _exit(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 def _summary(run: DemoRun, console: Console) -> None:

@@ -25,7 +25,7 @@ DAY = 86_400.0
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class Outcome:
+class Answer:
     """One result the guard gave, in the order the fleet saw it."""
 
     session: str
@@ -41,7 +41,7 @@ class Outcome:
 class Tally:
     """What the guard did, counted from its own results."""
 
-    outcomes: list[Outcome] = field(default_factory=list)
+    outcomes: list[Answer] = field(default_factory=list)
     sessions: int = 0
     side_effects: int = 0
 
@@ -71,7 +71,7 @@ class Tally:
     def recovery(self, k: int = 3) -> tuple[int, int]:
         """(recovered, fixable rejections): a fixable rejection followed by an OK call to the same
         tool in the same session within the next ``k`` calls."""
-        by_session: dict[str, list[Outcome]] = defaultdict(list)
+        by_session: dict[str, list[Answer]] = defaultdict(list)
         for o in sorted(self.outcomes, key=lambda o: o.at):
             by_session[o.session].append(o)
         recovered = rejected = 0
@@ -248,7 +248,7 @@ def _record(
     tally: Tally, clock: ManualClock, session_id: str, result: ToolResult, resumed: bool
 ) -> None:
     tally.outcomes.append(
-        Outcome(
+        Answer(
             session=session_id,
             tool=result.tool or "",
             code=result.code,
