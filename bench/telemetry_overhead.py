@@ -40,8 +40,8 @@ from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-from guard import Observer, Policy, Principal, RolePolicy, ToolContext
-from guard.call import Call, RetryRecord, StageRecord
+from guard import BaseObserver, Observer, Policy, Principal, RolePolicy, ToolContext
+from guard.call import Call
 from guard.result import ToolResult
 from guard.shop import Order, build_shop
 from telemetry import Masker, build_call_spans, configure
@@ -86,7 +86,12 @@ def naive() -> Callable[[int], Any]:
     shop = build_shop(orders=[big], policy=policy())
     tools = {spec.name: spec for spec in shop.guard.registry.values()}
     context = ToolContext(
-        principal=PRINCIPAL, session_id="naive", call_id="c", idempotency_key=None, attempt=1, timeout=10.0
+        principal=PRINCIPAL,
+        session_id="naive",
+        call_id="c",
+        idempotency_key=None,
+        attempt=1,
+        timeout=10.0,
     )
 
     def run(_: int) -> Any:
@@ -96,57 +101,37 @@ def naive() -> Callable[[int], Any]:
     return run
 
 
-class LiveNoOpObserver:
+class LiveNoOpObserver(BaseObserver):
     """Listens and does nothing, but is not the null observer: the guard's own cost of reporting."""
 
-    def call_started(self, call: Call) -> None:
-        pass
 
-    def stage_started(self, call: Call, stage: str) -> None:
-        pass
-
-    def stage_ended(self, call: Call, record: StageRecord) -> None:
-        pass
-
-    def retry_scheduled(self, call: Call, retry: RetryRecord) -> None:
-        pass
-
-    def call_ended(self, call: Call, result: ToolResult) -> None:
-        pass
-
-
-class InlineSDKObserver:
+class InlineSDKObserver(BaseObserver):
     """The textbook observer: at call end, each span made on the calling thread with the SDK."""
 
     def __init__(self, tracer: trace.Tracer) -> None:
         self._tracer = tracer
         self._masker = Masker(key=KEY)
 
-    def call_started(self, call: Call) -> None:
-        pass
-
-    def stage_started(self, call: Call, stage: str) -> None:
-        pass
-
-    def stage_ended(self, call: Call, record: StageRecord) -> None:
-        pass
-
-    def retry_scheduled(self, call: Call, retry: RetryRecord) -> None:
-        pass
-
     def call_ended(self, call: Call, result: ToolResult) -> None:
         head, *stages = build_call_spans(call, result, self._masker)
-        span = self._tracer.start_span(head.name, attributes=dict(head.attributes), start_time=head.start_ns)
+        span = self._tracer.start_span(
+            head.name, attributes=dict(head.attributes), start_time=head.start_ns
+        )
         context = trace.set_span_in_context(span)
         for record in stages:
             child = self._tracer.start_span(
-                record.name, context=context, attributes=dict(record.attributes), start_time=record.start_ns
+                record.name,
+                context=context,
+                attributes=dict(record.attributes),
+                start_time=record.start_ns,
             )
             child.end(end_time=record.end_ns)
         span.end(end_time=head.end_ns)
 
 
-def measure(run: Callable[[int], Any], n: int, flush: Callable[[], Any]) -> tuple[float, float, float]:
+def measure(
+    run: Callable[[int], Any], n: int, flush: Callable[[], Any]
+) -> tuple[float, float, float]:
     """Median and p99 µs on the calling thread, and CPU µs per call until ``flush`` returns."""
     for i in range(min(n, 1000)):
         run(i + 10 * n)
@@ -165,7 +150,11 @@ def measure(run: Callable[[int], Any], n: int, flush: Callable[[], Any]) -> tupl
     finally:
         gc.enable()
     ordered = sorted(samples)
-    return statistics.median(ordered) / 1000, ordered[int(len(ordered) * 0.99)] / 1000, cpu / n * 1e6
+    return (
+        statistics.median(ordered) / 1000,
+        ordered[int(len(ordered) * 0.99)] / 1000,
+        cpu / n * 1e6,
+    )
 
 
 def free_port() -> int:
@@ -178,7 +167,17 @@ def start_sidecar(directory: Path) -> tuple[subprocess.Popen[bytes], int]:
     port = free_port()
     code = "import sys; from telemetry.cli import sidecar; sidecar(sys.argv[1:])"
     process = subprocess.Popen(
-        [sys.executable, "-c", code, "--dir", str(directory), "--grpc-port", str(port), "--http-port", "-1"],
+        [
+            sys.executable,
+            "-c",
+            code,
+            "--dir",
+            str(directory),
+            "--grpc-port",
+            str(port),
+            "--http-port",
+            "-1",
+        ],
         stdout=subprocess.DEVNULL,
         cwd=Path(__file__).resolve().parents[1],
     )
@@ -201,7 +200,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         sidecar, port = start_sidecar(Path(tmp) / "sidecar")
         try:
-            rows.append(("naive loop (get_order, no guard)", *measure(naive(), n, lambda: None), ""))
+            rows.append(
+                ("naive loop (get_order, no guard)", *measure(naive(), n, lambda: None), "")
+            )
             rows.append(("guard, null observer", *measure(workload(None), n, lambda: None), ""))
             live = measure(workload(LiveNoOpObserver()), n, lambda: None)
             rows.append(("guard, live no-op observer", *live, "the pipeline's own event cost"))
@@ -222,7 +223,9 @@ def main() -> None:
             )
             row = measure(workload(otlp.observer), n, lambda: otlp.force_flush(60))
             otlp.shutdown()
-            rows.append(("guard + OTLP (SDK spans off-thread)", *row, f"{otlp.dropped_spans} spans dropped"))
+            rows.append(
+                ("guard + OTLP (SDK spans off-thread)", *row, f"{otlp.dropped_spans} spans dropped")
+            )
 
             provider = TracerProvider()
             provider.add_span_processor(
@@ -237,7 +240,9 @@ def main() -> None:
             sidecar.wait(20)
 
     base_med, _, base_cpu = rows[1][1], rows[1][2], rows[1][3]
-    print(f"calls per measurement: {n}; mix: 1/2 reads (9 stages), 1/4 refund proposals (8), 1/4 invalid (4)")
+    print(
+        f"calls per measurement: {n}; mix: 1/2 reads (9 stages), 1/4 refund proposals (8), 1/4 invalid (4)"
+    )
     print(f"cpu count: {os.cpu_count()}; python {sys.version.split()[0]}")
     header = f"{'configuration':40} {'med µs':>8} {'p99 µs':>8} {'cpu µs':>8} {'+med µs':>8} {'+cpu µs':>8} {'x guard':>7}"
     print(header)

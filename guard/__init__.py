@@ -4,7 +4,7 @@ from guard.call import Call, Reservation, RetryRecord, StageRecord
 from guard.clock import Clock, SystemClock
 from guard.codes import Code
 from guard.errors import ConfigurationError, GuardError, RuleViolation, TransientError
-from guard.observe import MultiObserver, NullObserver, Observer
+from guard.observe import BaseObserver, MultiObserver, NullObserver, Observer
 from guard.pipeline import ApprovalNotFound, Guard, Session
 from guard.policy import AmountLimit, Policy, RateLimit, RolePolicy
 from guard.registry import (
@@ -24,6 +24,7 @@ from guard.session import Principal
 __all__ = [
     "AmountLimit",
     "ApprovalNotFound",
+    "BaseObserver",
     "Call",
     "CheckContext",
     "Clock",

@@ -17,7 +17,7 @@ from typing import Protocol
 from guard.call import Call, RetryRecord, StageRecord
 from guard.result import ToolResult
 
-__all__ = ["MultiObserver", "NullObserver", "Observer", "wants_stage_events"]
+__all__ = ["BaseObserver", "MultiObserver", "NullObserver", "Observer", "wants_stage_events"]
 
 
 class Observer(Protocol):
@@ -44,25 +44,31 @@ class Observer(Protocol):
         ...
 
 
-class NullObserver:
+class BaseObserver:
+    """Every event ignored: subclass it and override the events you want."""
+
+    wants_stage_events = True
+
+    def call_started(self, call: Call) -> None:
+        """Ignored."""
+
+    def stage_started(self, call: Call, stage: str) -> None:
+        """Ignored."""
+
+    def stage_ended(self, call: Call, record: StageRecord) -> None:
+        """Ignored."""
+
+    def retry_scheduled(self, call: Call, retry: RetryRecord) -> None:
+        """Ignored."""
+
+    def call_ended(self, call: Call, result: ToolResult) -> None:
+        """Ignored."""
+
+
+class NullObserver(BaseObserver):
     """Listens to nothing. The default: the pipeline recognises it and skips every event."""
 
     wants_stage_events = False
-
-    def call_started(self, call: Call) -> None:
-        pass
-
-    def stage_started(self, call: Call, stage: str) -> None:
-        pass
-
-    def stage_ended(self, call: Call, record: StageRecord) -> None:
-        pass
-
-    def retry_scheduled(self, call: Call, retry: RetryRecord) -> None:
-        pass
-
-    def call_ended(self, call: Call, result: ToolResult) -> None:
-        pass
 
 
 class MultiObserver:

@@ -17,7 +17,8 @@ from typing import Any, Protocol
 from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode
 
-from guard.call import Call, RetryRecord, StageRecord
+from guard.call import Call
+from guard.observe import BaseObserver
 from guard.result import ToolResult
 from telemetry import attributes as attr
 from telemetry.masking import Masker
@@ -50,7 +51,7 @@ class CallSink(Protocol):
         ...
 
 
-class OTelObserver:
+class OTelObserver(BaseObserver):
     """Implements ``guard.observe.Observer``: one call span plus a span per stage, through ``sinks``.
 
     ``link_parent`` makes a call a child of the span current on the calling thread when it ends (the
@@ -63,18 +64,6 @@ class OTelObserver:
     def __init__(self, sinks: Sequence[CallSink], *, link_parent: bool = True) -> None:
         self.sinks = tuple(sinks)
         self._link_parent = link_parent
-
-    def call_started(self, call: Call) -> None:
-        pass
-
-    def stage_started(self, call: Call, stage: str) -> None:
-        pass
-
-    def stage_ended(self, call: Call, record: StageRecord) -> None:
-        pass
-
-    def retry_scheduled(self, call: Call, retry: RetryRecord) -> None:
-        pass
 
     def call_ended(self, call: Call, result: ToolResult) -> None:
         try:
@@ -204,4 +193,3 @@ def tracer_for(provider: trace.TracerProvider | None, version: str = "") -> trac
     """The tracer callgate's spans come from, on ``provider`` (the global one when None)."""
     provider = provider or trace.get_tracer_provider()
     return provider.get_tracer(attr.INSTRUMENTATION_SCOPE, version or None)
-
