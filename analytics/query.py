@@ -61,7 +61,6 @@ class Backend(Protocol):
 
     def fetch(self, sql: str, params: Mapping[str, Any]) -> list[dict[str, Any]]:
         """Run ``sql`` with named ``params``; rows as dicts keyed by column name."""
-        ...
 
 
 class DuckDBBackend:

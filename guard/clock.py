@@ -14,19 +14,15 @@ class Clock(Protocol):
 
     def now(self) -> float:
         """Seconds since the epoch: what expiries, windows and days are computed from."""
-        ...
 
     def time_ns(self) -> int:
         """Nanoseconds since the epoch, for span timestamps: read at every stage boundary."""
-        ...
 
     def sleep(self, seconds: float) -> None:
         """Block for ``seconds``."""
-        ...
 
     async def asleep(self, seconds: float) -> None:
         """Wait for ``seconds`` without blocking the event loop."""
-        ...
 
 
 class SystemClock:

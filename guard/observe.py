@@ -25,23 +25,18 @@ class Observer(Protocol):
 
     def call_started(self, call: Call) -> None:
         """A call entered the pipeline (or a pending call resumed after a human decision)."""
-        ...
 
     def stage_started(self, call: Call, stage: str) -> None:
         """A stage is about to run."""
-        ...
 
     def stage_ended(self, call: Call, record: StageRecord) -> None:
         """A stage ran: it passed, rejected, or ended the call."""
-        ...
 
     def retry_scheduled(self, call: Call, retry: RetryRecord) -> None:
         """An attempt failed transiently and will be retried after ``retry.delay``."""
-        ...
 
     def call_ended(self, call: Call, result: ToolResult) -> None:
         """The call has its result; ``call`` is complete."""
-        ...
 
 
 class BaseObserver:

@@ -36,19 +36,15 @@ class CallSink(Protocol):
     @property
     def dropped(self) -> int:
         """Calls (or spans) lost because the sink could not keep up."""
-        ...
 
     def submit(self, call: Call, result: ToolResult, parent: Any = None) -> None:
         """Take a finished call; ``parent`` is the host's current ``SpanContext`` or None."""
-        ...
 
     def force_flush(self, timeout: float | None = None) -> bool:
         """Push out everything submitted so far."""
-        ...
 
     def shutdown(self, timeout: float | None = None) -> bool:
         """Flush and release resources."""
-        ...
 
 
 class OTelObserver(BaseObserver):

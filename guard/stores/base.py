@@ -44,19 +44,15 @@ class IdempotencyStore(Protocol):
 
     def claim(self, key: str, fingerprint: str, *, now: float, lease: float) -> Claim:
         """Atomically take ``key`` unless someone holds it (for less than ``lease`` s) or it completed."""
-        ...
 
     def complete(self, key: str, fingerprint: str, result: str, *, now: float, ttl: float) -> None:
         """Record the result of ``key`` (upsert), replayable until ``now + ttl``."""
-        ...
 
     def release(self, key: str) -> None:
         """Give up a claim: nothing happened, a later identical call may run."""
-        ...
 
     def purge(self, now: float) -> int:
         """Delete expired entries; returns how many."""
-        ...
 
 
 class ApprovalState(StrEnum):
@@ -101,15 +97,12 @@ class ApprovalStore(Protocol):
 
     def create(self, action: PendingAction) -> None:
         """Store a new pending action."""
-        ...
 
     def get(self, approval_id: str) -> PendingAction | None:
         """The action, whatever its state; None if unknown."""
-        ...
 
     def find_pending(self, proposal_key: str, *, now: float) -> PendingAction | None:
         """An unexpired pending action for this proposal, so a repeated proposal reuses it."""
-        ...
 
     def decide(
         self, approval_id: str, *, approve: bool, by: str, now: float
@@ -119,11 +112,9 @@ class ApprovalStore(Protocol):
         Returns the action as it stands afterwards; an action already decided is returned unchanged,
         so two approvers racing get one decision. None if unknown.
         """
-        ...
 
     def purge(self, now: float) -> int:
         """Delete actions decided or expired long ago; returns how many."""
-        ...
 
 
 class CounterStore(Protocol):
@@ -131,20 +122,15 @@ class CounterStore(Protocol):
 
     def incr(self, key: str, amount: int = 1, *, now: float, ttl: float) -> int:
         """Add ``amount`` (creating the counter at 0) and return the new value; expiry is reset."""
-        ...
 
     def get(self, key: str, *, now: float) -> int:
         """The current value; 0 if absent or expired."""
-        ...
 
     def reset(self, key: str) -> None:
         """Delete the counter."""
-        ...
 
     def add_within(self, key: str, amount: int, limit: int, *, now: float, ttl: float) -> bool:
         """Atomically add ``amount`` only if the result stays ``<= limit``; True if added."""
-        ...
 
     def purge(self, now: float) -> int:
         """Delete expired counters; returns how many."""
-        ...
