@@ -185,7 +185,7 @@ def show(options: DemoOptions, console: Console, *, dashboard: bool, host: str, 
     port = port or free_port(host)
     url = f"http://{host}:{port}"
     server: subprocess.Popen[bytes] | None = None
-    signal.signal(signal.SIGTERM, _exit)  # a terminated demo still stops its dashboard
+    previous = signal.signal(signal.SIGTERM, _exit)  # a terminated demo still stops its dashboard
 
     def serve(database: Path) -> None:
         nonlocal server
@@ -212,6 +212,7 @@ def show(options: DemoOptions, console: Console, *, dashboard: bool, host: str, 
     except KeyboardInterrupt:
         console.print("stopping")
     finally:
+        signal.signal(signal.SIGTERM, previous)
         if server is not None and server.poll() is None:
             server.terminate()
             server.wait(10)
