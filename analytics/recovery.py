@@ -24,18 +24,26 @@ from .query import (
 __all__ = [
     "FIXABLE_DEFAULT_K",
     "LOOP_GUARD_CODES",
+    "CallRef",
+    "CodeRecovery",
     "LoopGuard",
     "Recovery",
     "Replays",
     "StuckSession",
+    "calls_matching",
+    "calls_matching_query",
     "loop_guards",
     "loop_guards_query",
+    "recovery_by_code",
+    "recovery_by_code_query",
     "recovery_rate",
     "recovery_rate_query",
     "replays",
     "replays_query",
     "stuck_sessions",
     "stuck_sessions_query",
+    "unrecovered_calls",
+    "unrecovered_calls_query",
 ]
 
 
@@ -124,6 +132,159 @@ def recovery_rate(
         )
         for r in rows
     ]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CodeRecovery:
+    """How often a fixable rejection with one code was followed by a good call."""
+
+    bucket: datetime | None
+    code: str
+    rejected: int
+    recovered: int
+    rate: float | None
+    """recovered / rejected; None below the ``min_calls`` floor."""
+
+
+def recovery_by_code_query(
+    filters: Filters,
+    d: Dialect = DUCKDB,
+    *,
+    k: int = FIXABLE_DEFAULT_K,
+    bucket: timedelta | None = None,
+) -> SqlParams:
+    """:func:`recovery_rate_query` grouped by the rejecting code instead of the tool."""
+    where, params = where_clause(filters, d, extra=["fixable", "NOT ok"])
+    params["k"] = k
+    return (
+        f"""
+        SELECT {bucket_expr(d, bucket)} AS bucket, code,
+               count(*) AS rejected,
+               sum(CASE WHEN next_ok_gap <= {d.param("k", "int")} THEN 1 ELSE 0 END) AS recovered
+        FROM {d.ranked_calls} {where}
+        GROUP BY 1, 2 ORDER BY 1, 2
+        """,
+        params,
+    )
+
+
+def recovery_by_code(
+    source: Source,
+    filters: Filters = ALL,
+    *,
+    k: int = FIXABLE_DEFAULT_K,
+    min_calls: int = 20,
+    bucket: timedelta | None = None,
+) -> list[CodeRecovery]:
+    """Recovery rate per rejecting code: the same definition as :func:`recovery_rate`.
+
+    A code whose rejections rarely recover has a message that does not tell the model what to do.
+    """
+    if k < 1:
+        raise ValueError("k must be at least 1")
+    b = backend_of(source)
+    rows = b.fetch(*recovery_by_code_query(filters, b.dialect, k=k, bucket=bucket))
+    return [
+        CodeRecovery(
+            bucket=r["bucket"],
+            code=r["code"],
+            rejected=int(r["rejected"]),
+            recovered=int(r["recovered"]),
+            rate=floored_rate(int(r["recovered"]), int(r["rejected"]), min_calls),
+        )
+        for r in rows
+    ]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CallRef:
+    """One call to open: enough to find its trace."""
+
+    trace_id: str
+    call_id: str | None
+    session: str | None
+    principal: str | None
+    service: str | None
+    tool: str | None
+    code: str | None
+    start_time: datetime
+    step: int | None
+    arguments: str | None
+    """The masked arguments, as on the span."""
+
+
+_CALL_REF = (
+    "trace_id, call_id, session, principal, service, tool, code, start_time, step, arguments"
+)
+
+
+def unrecovered_calls_query(
+    filters: Filters, d: Dialect = DUCKDB, *, k: int = FIXABLE_DEFAULT_K, limit: int = 50
+) -> SqlParams:
+    """Fixable rejections whose ``next_ok_gap`` is missing or beyond ``k``, newest first."""
+    where, params = where_clause(
+        filters,
+        d,
+        extra=[
+            "fixable",
+            "NOT ok",
+            f"coalesce(next_ok_gap, {d.param('k', 'int')} + 1) > {d.param('k', 'int')}",
+        ],
+    )
+    params["k"] = k
+    params["limit"] = limit
+    return (
+        f"""
+        SELECT {_CALL_REF} FROM {d.ranked_calls} {where}
+        ORDER BY start_time DESC LIMIT {d.param("limit", "int")}
+        """,
+        params,
+    )
+
+
+def unrecovered_calls(
+    source: Source, filters: Filters = ALL, *, k: int = FIXABLE_DEFAULT_K, limit: int = 50
+) -> list[CallRef]:
+    """The calls that never recovered: fixable rejections not followed by an OK call to the same
+    tool in the same session within the next ``k`` calls. Newest first."""
+    b = backend_of(source)
+    return rows_as(CallRef, b.fetch(*unrecovered_calls_query(filters, b.dialect, k=k, limit=limit)))
+
+
+def calls_matching_query(
+    filters: Filters, d: Dialect = DUCKDB, *, code: str, tool: str | None = None, limit: int = 20
+) -> SqlParams:
+    """The filtered calls that ended with ``code`` (of ``tool``), newest first."""
+    extra = [f"code = {d.param('code', 'string')}"]
+    if tool is not None:
+        extra.append(f"tool = {d.param('tool', 'string')}")
+    where, params = where_clause(filters, d, extra=extra)
+    params.update(code=code, limit=limit)
+    if tool is not None:
+        params["tool"] = tool
+    return (
+        f"""
+        SELECT {_CALL_REF} FROM {d.calls} {where}
+        ORDER BY start_time DESC LIMIT {d.param("limit", "int")}
+        """,
+        params,
+    )
+
+
+def calls_matching(
+    source: Source,
+    filters: Filters = ALL,
+    *,
+    code: str,
+    tool: str | None = None,
+    limit: int = 20,
+) -> list[CallRef]:
+    """Example calls behind a number: those that ended with ``code`` (of ``tool``), newest first."""
+    b = backend_of(source)
+    return rows_as(
+        CallRef,
+        b.fetch(*calls_matching_query(filters, b.dialect, code=code, tool=tool, limit=limit)),
+    )
 
 
 # ---------------------------------------------------------------------------------------------

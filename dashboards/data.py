@@ -178,33 +178,11 @@ def rejections(
     )
 
 
-_EXAMPLE_SCAN = 2_000
-"""How many calls with the code to read when looking for examples that match the filters."""
-
-
 def examples(
     source: Source, filters: Filters, *, tool: str, code: str, limit: int = 10
-) -> list[reconstruct.CallSummary]:
-    """Calls of ``tool`` that ended with ``code`` and match ``filters``: traces to open.
-
-    ``reconstruct.calls_with_code`` takes neither filters nor a tool, so the first
-    :data:`_EXAMPLE_SCAN` calls with the code are read and filtered here; on a large database a
-    recent window may find none (the page says so). DuckDB only, like all of reconstruct.
-    """
-    if not isinstance(source, duckdb.DuckDBPyConnection):
-        return []
-    found = reconstruct.calls_with_code(source, code, limit=_EXAMPLE_SCAN)
-    return [c for c in found if c.tool == tool and _matches(c, filters)][:limit]
-
-
-def _matches(call: reconstruct.CallSummary, filters: Filters) -> bool:
-    return (
-        (filters.start is None or call.start_time >= filters.start)
-        and (filters.end is None or call.start_time < filters.end)
-        and (not filters.services or call.service in filters.services)
-        and (not filters.tools or call.tool in filters.tools)
-        and (not filters.principals or call.principal in filters.principals)
-    )
+) -> list[metrics.CallRef]:
+    """The newest calls of ``tool`` that ended with ``code`` and match ``filters``: traces to open."""
+    return metrics.calls_matching(source, filters, code=code, tool=tool, limit=limit)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -216,18 +194,23 @@ class RecoveryData:
     """The Recovery page."""
 
     tools: list[Recovery]
+    codes: list[metrics.CodeRecovery]
     trend: list[Recovery]
     """Per bucket and tool."""
+    never_recovered: list[metrics.CallRef]
+    """The newest fixable rejections that were not fixed within ``k`` calls."""
     k: int
 
 
 def recovery(
     source: Source, filters: Filters, *, k: int, min_calls: int, bucket: timedelta
 ) -> RecoveryData:
-    """Recovery rate per tool, and per tool and bucket."""
+    """Recovery rate per tool and per code, per tool and bucket, and the calls never recovered."""
     return RecoveryData(
         tools=metrics.recovery_rate(source, filters, k=k, min_calls=min_calls),
+        codes=metrics.recovery_by_code(source, filters, k=k, min_calls=min_calls),
         trend=metrics.recovery_rate(source, filters, k=k, min_calls=min_calls, bucket=bucket),
+        never_recovered=metrics.unrecovered_calls(source, filters, k=k, limit=50),
         k=k,
     )
 

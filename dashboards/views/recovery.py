@@ -10,7 +10,7 @@ import streamlit as st
 from analytics.metrics import FIXABLE_DEFAULT_K
 
 from .. import charts, data, fmt
-from .base import Page, PageContext
+from .base import Page, PageContext, trace_link
 
 __all__ = ["PAGE"]
 
@@ -65,6 +65,22 @@ def render(ctx: PageContext) -> None:
         ),
         width="stretch",
     )
+    st.subheader("Per code")
+    st.caption("A code whose rejections rarely recover has a message that does not say what to do.")
+    st.dataframe(
+        [
+            {
+                "code": r.code,
+                "fixable rejections": r.rejected,
+                "recovered": r.recovered,
+                "never recovered": r.rejected - r.recovered,
+                "rate": fmt.rate(r.rate),
+            }
+            for r in found.codes
+        ],
+        hide_index=True,
+    )
+    _never_recovered(found)
     totals: dict[datetime | None, list[int]] = defaultdict(lambda: [0, 0])
     for r in found.trend:
         totals[r.bucket][0] += r.recovered
@@ -83,6 +99,31 @@ def render(ctx: PageContext) -> None:
             fmt=".0%",
         ),
         width="stretch",
+    )
+
+
+def _never_recovered(found: data.RecoveryData) -> None:
+    st.subheader("Calls that never recovered")
+    if not found.never_recovered:
+        st.caption(f"Every fixable rejection was fixed within {found.k} calls.")
+        return
+    st.caption(
+        f"The newest {len(found.never_recovered)} fixable rejections not fixed within {found.k} calls."
+    )
+    st.dataframe(
+        [
+            {
+                "trace": trace_link(trace=c.trace_id),
+                "start": fmt.when(c.start_time),
+                "tool": c.tool,
+                "code": c.code,
+                "session": c.session,
+                "arguments": c.arguments,
+            }
+            for c in found.never_recovered
+        ],
+        hide_index=True,
+        column_config={"trace": st.column_config.LinkColumn("trace", display_text=r"trace=(.*)$")},
     )
 
 

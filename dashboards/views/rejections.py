@@ -127,7 +127,7 @@ def _drill_down(ctx: PageContext, found: data.RejectionsData) -> None:
     found_examples = data.examples(ctx.source, ctx.filters, tool=tool, code=code)
     st.markdown("**Example traces**")
     if not found_examples:
-        st.caption("No example found among the oldest calls with this code in the database.")
+        st.caption("No call with this tool and code in the window.")
         return
     st.dataframe(
         [

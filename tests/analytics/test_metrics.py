@@ -128,6 +128,34 @@ class TestRecoveryRate:
             metrics.recovery_rate(db, k=0)
 
 
+class TestRecoveryDetails:
+    def test_by_code_adds_up_to_by_tool(self, db):
+        """Recovery per code counts the same rejections and recoveries as recovery per tool."""
+        for k in (1, 3, 4):
+            by_tool = metrics.recovery_rate(db, k=k, min_calls=1)
+            by_code = metrics.recovery_by_code(db, k=k, min_calls=1)
+            assert sum(r.rejected for r in by_code) == sum(r.rejected for r in by_tool) == 5
+            assert sum(r.recovered for r in by_code) == sum(r.recovered for r in by_tool)
+
+    def test_unrecovered_calls_are_the_rest(self, db):
+        """K=3 leaves refund_order's two rejections fixed four calls later; K=4 leaves none."""
+        at_three = metrics.unrecovered_calls(db, k=3)
+        assert [c.tool for c in at_three] == ["refund_order", "refund_order"]
+        assert at_three[0].start_time >= at_three[1].start_time
+        assert metrics.unrecovered_calls(db, k=4) == []
+
+    def test_calls_matching_are_the_counted_calls(self, db):
+        """The example calls behind each (tool, code) cell are exactly the calls counted there."""
+        for cell in metrics.call_counts(db):
+            assert cell.code is not None and cell.tool is not None
+            found = metrics.calls_matching(db, code=cell.code, tool=cell.tool, limit=1000)
+            assert len(found) == cell.calls
+            assert {(c.tool, c.code) for c in found} == {(cell.tool, cell.code)}
+            assert [c.start_time for c in found] == sorted(
+                (c.start_time for c in found), reverse=True
+            )
+
+
 class TestReplaysAndLoops:
     def test_replays(self, db):
         """One replayed refund in one session."""
