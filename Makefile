@@ -15,13 +15,18 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	touch $(STAMP)
 
 # Debian packages the tests drive for real: the dashboard's browser test runs Debian's Chromium
-# headless through Playwright (no browser download). Installed only when absent.
+# headless through Playwright (no browser download); the Redis stores run against a real
+# redis-server on a free local port. Installed only when absent; a test that needs a missing one
+# fails with instructions, it is never skipped.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 system-deps:
-	@if ! command -v chromium >/dev/null 2>&1; then \
-	  echo "installing Debian's chromium for the browser tests"; \
+	@missing=""; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages for the tests:$$missing"; \
 	  $(SUDO) apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends chromium >/dev/null; \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
 
 demo: $(STAMP)

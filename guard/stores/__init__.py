@@ -1,4 +1,8 @@
-"""Stores: the pipeline's only shared state. Protocols in ``base``; memory and SQLite backends."""
+"""Stores: the pipeline's only shared state. Protocols in ``base``; memory and SQLite backends.
+
+The Redis backend lives in ``guard.stores.redis`` and is not imported here, so the guard runs
+without the optional ``redis`` package.
+"""
 
 from guard.stores.base import (
     ApprovalState,

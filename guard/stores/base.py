@@ -1,7 +1,8 @@
 """Store protocols: the pipeline's only shared state, injected so hosts choose durability.
 
-Each protocol has an in-memory implementation (one process, bounded by expiry) and a SQLite one
-(durable across restarts, safe for several processes on one host).
+Each protocol has an in-memory implementation (one process, bounded by expiry), a SQLite one
+(durable across restarts, safe for several processes on one host), and a Redis one in
+``guard.stores.redis`` (shared by several hosts; needs the optional ``redis`` package).
 """
 
 from __future__ import annotations

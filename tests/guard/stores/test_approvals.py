@@ -16,16 +16,20 @@ from guard.stores import (
     PendingAction,
     SQLiteApprovalStore,
 )
+from guard.stores.redis import RedisApprovalStore
 from tests.guard.stores.threads import run_together
 
 RETENTION = 100.0
 """How long both backends keep decided or expired actions in these tests."""
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "redis"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ApprovalStore]:
     if request.param == "memory":
         yield MemoryApprovalStore(retention=RETENTION)
+        return
+    if request.param == "redis":
+        yield RedisApprovalStore(request.getfixturevalue("redis_client"), retention=RETENTION)
         return
     sqlite_store = SQLiteApprovalStore(tmp_path / "stores.db", retention=RETENTION)
     yield sqlite_store

@@ -8,15 +8,19 @@ from pathlib import Path
 import pytest
 
 from guard.stores import CounterStore, MemoryCounterStore, SQLiteCounterStore
+from guard.stores.redis import RedisCounterStore
 from tests.guard.stores.threads import run_together
 
 TTL = 100.0
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "redis"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[CounterStore]:
     if request.param == "memory":
         yield MemoryCounterStore()
+        return
+    if request.param == "redis":
+        yield RedisCounterStore(request.getfixturevalue("redis_client"))
         return
     sqlite_store = SQLiteCounterStore(tmp_path / "stores.db")
     yield sqlite_store

@@ -14,16 +14,20 @@ from guard.stores import (
     MemoryIdempotencyStore,
     SQLiteIdempotencyStore,
 )
+from guard.stores.redis import RedisIdempotencyStore
 from tests.guard.stores.threads import run_together
 
 LEASE = 60.0
 TTL = 3600.0
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "redis"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[IdempotencyStore]:
     if request.param == "memory":
         yield MemoryIdempotencyStore()
+        return
+    if request.param == "redis":
+        yield RedisIdempotencyStore(request.getfixturevalue("redis_client"))
         return
     sqlite_store = SQLiteIdempotencyStore(tmp_path / "stores.db")
     yield sqlite_store

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import types
 
 import guard.stores
@@ -27,3 +29,22 @@ class TestAll:
             for name in module.__all__:
                 if name[0].isupper() and "DDL" not in name:
                     assert name in guard.stores.__all__
+
+
+class TestRedisModule:
+    def test_redis_all_is_sorted(self) -> None:
+        """guard.stores.redis keeps its own sorted __all__."""
+        import guard.stores.redis
+
+        assert guard.stores.redis.__all__ == sorted(guard.stores.redis.__all__)
+
+    def test_redis_backend_is_not_re_exported(self) -> None:
+        """The Redis backend is its own module, so guard.stores needs no redis package."""
+        import guard.stores.redis
+
+        assert not set(guard.stores.redis.__all__) & set(guard.stores.__all__)
+
+    def test_importing_guard_does_not_import_redis(self) -> None:
+        """A fresh interpreter imports guard and guard.stores without loading redis."""
+        code = "import sys, guard, guard.stores; assert 'redis' not in sys.modules, 'redis loaded'"
+        subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

@@ -1,0 +1,196 @@
+"""The Lua scripts behind the Redis stores: each runs atomically on the server, one call per script.
+
+They restate ``guard.stores._rules`` in Lua, because the read-decide-write must happen inside
+Redis to be atomic across hosts:
+
+- an entry lives *through* its deadline: it is expired once ``deadline < now``;
+- a claim is stale once ``claimed_at + lease < now``; stale claims and expired results are free;
+- a decision after ``expires_at`` is EXPIRED and attributed to nobody.
+
+Times are always the caller's ``now`` (ARGV), never Redis's clock, and deadlines are stored as
+hash fields written by Python with ``repr`` so they read back exactly. Each key also gets a
+Redis TTL (``PEXPIRE``, in ms computed from the same deadline plus a grace period) so Redis alone
+keeps memory bounded; inside that TTL the stored deadline decides.
+
+Lua numbers are doubles, as Python floats are, so the comparisons agree with the other backends.
+Scripts that touch keys they derive (approvals and their proposal index) are meant for a single
+Redis server or a replicated primary, not Redis Cluster.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ADD_WITHIN",
+    "APPROVAL_CREATE",
+    "APPROVAL_DECIDE",
+    "APPROVAL_FIND_PENDING",
+    "APPROVAL_PURGE",
+    "CLAIM",
+    "COMPLETE",
+    "DEADLINE_PURGE",
+    "INCR",
+    "RELEASE",
+]
+
+# KEYS[1] record; ARGV fingerprint, now, lease, expires_at (= now + lease), ttl_ms.
+# Returns {state} or {'completed', result}.
+CLAIM = """
+local rec = redis.call('HMGET', KEYS[1], 'fingerprint', 'result', 'claimed_at', 'expires_at')
+local now = tonumber(ARGV[2])
+if rec[1] then
+    if not rec[2] then
+        if tonumber(rec[3]) + tonumber(ARGV[3]) >= now then
+            if rec[1] == ARGV[1] then return {'in_flight'} end
+            return {'conflict'}
+        end
+    elseif tonumber(rec[4]) >= now then
+        if rec[1] ~= ARGV[1] then return {'conflict'} end
+        return {'completed', rec[2]}
+    end
+end
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], 'fingerprint', ARGV[1], 'claimed_at', ARGV[2], 'expires_at', ARGV[4])
+redis.call('PEXPIRE', KEYS[1], ARGV[5])
+return {'claimed'}
+"""
+
+# KEYS[1] record; ARGV fingerprint, result, now, expires_at (= now + ttl), ttl_ms.
+# An upsert: a claimed key keeps its claimed_at, a new one gets now.
+COMPLETE = """
+redis.call('HSET', KEYS[1], 'fingerprint', ARGV[1], 'result', ARGV[2], 'expires_at', ARGV[4])
+redis.call('HSETNX', KEYS[1], 'claimed_at', ARGV[3])
+redis.call('PEXPIRE', KEYS[1], ARGV[5])
+"""
+
+# KEYS[1] record. Deletes only an in-flight claim: a completed result must keep replaying.
+RELEASE = """
+if redis.call('EXISTS', KEYS[1]) == 1 and redis.call('HEXISTS', KEYS[1], 'result') == 0 then
+    redis.call('DEL', KEYS[1])
+end
+"""
+
+# KEYS the records to check; ARGV now. Deletes those whose ``expires_at`` passed; returns how many.
+# Used by the idempotency and counter stores, whose records share the field name.
+DEADLINE_PURGE = """
+local removed = 0
+for _, key in ipairs(KEYS) do
+    local deadline = redis.call('HGET', key, 'expires_at')
+    if deadline and tonumber(deadline) < tonumber(ARGV[1]) then
+        redis.call('DEL', key)
+        removed = removed + 1
+    end
+end
+return removed
+"""
+
+# KEYS[1] counter; ARGV amount, now, expires_at (= now + ttl), ttl_ms. Returns the new value.
+# An expired counter restarts from zero, as if purged. HINCRBY keeps 64-bit integers exact.
+INCR = """
+local deadline = redis.call('HGET', KEYS[1], 'expires_at')
+if not deadline or tonumber(deadline) < tonumber(ARGV[2]) then
+    redis.call('HSET', KEYS[1], 'value', 0)
+end
+local value = redis.call('HINCRBY', KEYS[1], 'value', ARGV[1])
+redis.call('HSET', KEYS[1], 'expires_at', ARGV[3])
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+return value
+"""
+
+# KEYS[1] counter; ARGV amount, limit, now, expires_at, ttl_ms. Returns 1 if added, else 0;
+# a refusal leaves value and expiry untouched.
+ADD_WITHIN = """
+local rec = redis.call('HMGET', KEYS[1], 'value', 'expires_at')
+local current = 0
+if rec[1] and tonumber(rec[2]) >= tonumber(ARGV[3]) then current = tonumber(rec[1]) end
+if current + tonumber(ARGV[1]) > tonumber(ARGV[2]) then return 0 end
+redis.call('HSET', KEYS[1], 'value', current + tonumber(ARGV[1]), 'expires_at', ARGV[4])
+redis.call('PEXPIRE', KEYS[1], ARGV[5])
+return 1
+"""
+
+# Retention after expiry or decision, if later: the Lua form of ``_rules.approval_purge_at``.
+_PURGE_AT = """
+local function purge_at(key, retention)
+    local f = redis.call('HMGET', key, 'expires_at', 'decided_at')
+    local last = tonumber(f[1])
+    if f[2] and tonumber(f[2]) > last then last = tonumber(f[2]) end
+    return last + retention
+end
+
+local function keep_until(key, index, deadline, now, grace)
+    local ttl = math.ceil((deadline - now + grace) * 1000)
+    if ttl < 1 then ttl = 1 end
+    redis.call('PEXPIRE', key, ttl)
+    if redis.call('PTTL', index) < ttl then redis.call('PEXPIRE', index, ttl) end
+end
+"""
+
+# KEYS[1] action, KEYS[2] its proposal index; ARGV id, created_at, retention, grace, then
+# field/value pairs. Returns 0 if the id exists, else 1.
+APPROVAL_CREATE = (
+    _PURGE_AT
+    + """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], unpack(ARGV, 5))
+redis.call('RPUSH', KEYS[2], ARGV[1])
+local deadline = purge_at(KEYS[1], tonumber(ARGV[3]))
+keep_until(KEYS[1], KEYS[2], deadline, tonumber(ARGV[2]), tonumber(ARGV[4]))
+return 1
+"""
+)
+
+# KEYS[1] action; ARGV approve ('1' or '0'), by, now, retention, index key prefix, grace.
+# Returns the action's fields as they stand afterwards, or nil if unknown.
+APPROVAL_DECIDE = (
+    _PURGE_AT
+    + """
+local f = redis.call('HMGET', KEYS[1], 'state', 'expires_at', 'proposal_key')
+if not f[1] then return nil end
+if f[1] ~= 'pending' then return redis.call('HGETALL', KEYS[1]) end
+local now = tonumber(ARGV[3])
+if tonumber(f[2]) < now then
+    redis.call('HSET', KEYS[1], 'state', 'expired', 'decided_at', ARGV[3])
+else
+    local state = 'denied'
+    if ARGV[1] == '1' then state = 'approved' end
+    redis.call('HSET', KEYS[1], 'state', state, 'decided_by', ARGV[2], 'decided_at', ARGV[3])
+end
+local deadline = purge_at(KEYS[1], tonumber(ARGV[4]))
+keep_until(KEYS[1], ARGV[5] .. f[3], deadline, now, tonumber(ARGV[6]))
+return redis.call('HGETALL', KEYS[1])
+"""
+)
+
+# KEYS[1] proposal index; ARGV now, action key prefix. The newest unexpired pending action's
+# fields, or nil. Ids whose action Redis already expired are dropped from the index on the way.
+APPROVAL_FIND_PENDING = """
+local ids = redis.call('LRANGE', KEYS[1], 0, -1)
+for i = #ids, 1, -1 do
+    local key = ARGV[2] .. ids[i]
+    local f = redis.call('HMGET', key, 'state', 'expires_at')
+    if not f[1] then
+        redis.call('LREM', KEYS[1], 0, ids[i])
+    elseif f[1] == 'pending' and tonumber(f[2]) >= tonumber(ARGV[1]) then
+        return redis.call('HGETALL', key)
+    end
+end
+return nil
+"""
+
+# KEYS the actions to check; ARGV now, retention, index key prefix. Deletes those past retention,
+# and their index entries; returns how many.
+APPROVAL_PURGE = (
+    _PURGE_AT
+    + """
+local removed = 0
+for _, key in ipairs(KEYS) do
+    if redis.call('EXISTS', key) == 1 and purge_at(key, tonumber(ARGV[2])) < tonumber(ARGV[1]) then
+        local f = redis.call('HMGET', key, 'id', 'proposal_key')
+        redis.call('DEL', key)
+        redis.call('LREM', ARGV[3] .. f[2], 0, f[1])
+        removed = removed + 1
+    end
+end
+return removed
+"""
+)

@@ -1,0 +1,368 @@
+"""Redis stores: shared by every host and process that points at one Redis server.
+
+Needs the optional ``redis`` package (``pip install 'redis>=5'``); ``guard.stores`` does not import
+this module, so the rest of the guard works without it.
+
+How the guarantees are kept:
+
+- **Atomic read-decide-write**: every operation that reads before it writes (claims, decisions,
+  counters) is one Lua script (``guard.stores._redis_lua``), registered once per store with
+  ``register_script`` and run by its hash, so no two hosts can both see a key free and take it.
+- **The caller's clock**: deadlines are stored as fields and compared with the ``now`` each call
+  passes, exactly as the memory and SQLite stores do; Redis's own clock never decides an answer.
+- **Bounded memory**: each key also carries a Redis TTL of its remaining life plus ``grace``
+  seconds, so Redis deletes what nobody purges. ``grace`` absorbs disagreement between the
+  callers' clock and Redis's; within it the stored deadline decides.
+- **purge** scans this store's keys (``SCAN``, in batches) and deletes the expired ones still
+  there. It returns only what it deleted itself, so it may return 0 when Redis's expiry already
+  did the work; calling it is optional.
+
+One record per key, as a hash:
+
+- ``{prefix}idem:{key}``: fingerprint, result (absent while in flight), claimed_at, expires_at;
+- ``{prefix}counter:{key}``: value, expires_at;
+- ``{prefix}approval:{id}``: the action's fields; ``{prefix}proposal:{proposal_key}``: a list of
+  approval ids in creation order, the index ``find_pending`` walks from the newest.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Self
+
+from guard.stores import _redis_lua as lua
+from guard.stores._rules import CLAIMED, CONFLICT, IN_FLIGHT
+from guard.stores.base import (
+    ApprovalState,
+    ApprovalStore,
+    Claim,
+    ClaimState,
+    CounterStore,
+    IdempotencyStore,
+    PendingAction,
+)
+
+try:
+    import redis
+except ImportError as err:  # pragma: no cover - exercised only without the extra installed
+    raise ImportError("guard.stores.redis needs the redis package: pip install 'redis>=5'") from err
+
+__all__ = [
+    "RedisApprovalStore",
+    "RedisCounterStore",
+    "RedisIdempotencyStore",
+    "RedisStores",
+    "open_redis_stores",
+]
+
+DEFAULT_PREFIX = "callgate:"
+DEFAULT_GRACE = 3600.0
+"""Seconds Redis keeps a key past its deadline: generous, since the stored deadline decides."""
+
+_SCAN_BATCH = 500
+"""Keys per SCAN step and per purge script call."""
+
+
+def _text(value: bytes | str) -> str:
+    """Replies are bytes unless the client was made with ``decode_responses=True``."""
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _ttl_ms(deadline: float, now: float, grace: float) -> int:
+    """The Redis TTL for a key whose stored deadline is ``deadline``, at least 1 ms."""
+    return max(1, math.ceil((deadline - now + grace) * 1000))
+
+
+def _glob_escape(text: str) -> str:
+    return "".join("\\" + ch if ch in "*?[]\\" else ch for ch in text)
+
+
+class _RedisStore:
+    """What each Redis store shares: the client, its key namespace, and the scanning purge."""
+
+    _NAMESPACE = ""
+
+    def __init__(
+        self, client: redis.Redis, *, prefix: str = DEFAULT_PREFIX, grace: float = DEFAULT_GRACE
+    ) -> None:
+        if grace < 0:
+            raise ValueError(f"grace must not be negative, got {grace}")
+        self._client = client
+        self._prefix = prefix
+        self._keys = f"{prefix}{self._NAMESPACE}:"
+        self._grace = grace
+
+    def _key(self, name: str) -> str:
+        return self._keys + name
+
+    def _scan(self) -> Iterator[list[str]]:
+        """This store's keys, in batches; keys that appear or vanish meanwhile may be missed."""
+        batch: list[str] = []
+        pattern = _glob_escape(self._keys) + "*"
+        for key in self._client.scan_iter(match=pattern, count=_SCAN_BATCH):
+            batch.append(_text(key))
+            if len(batch) == _SCAN_BATCH:
+                yield batch
+                batch = []
+        if batch:
+            yield batch
+
+
+class RedisIdempotencyStore(_RedisStore):
+    """Claims and results as hashes; a claim is one script, atomic across hosts."""
+
+    _NAMESPACE = "idem"
+
+    def __init__(
+        self, client: redis.Redis, *, prefix: str = DEFAULT_PREFIX, grace: float = DEFAULT_GRACE
+    ) -> None:
+        super().__init__(client, prefix=prefix, grace=grace)
+        self._claim = client.register_script(lua.CLAIM)
+        self._complete = client.register_script(lua.COMPLETE)
+        self._release = client.register_script(lua.RELEASE)
+        self._purge = client.register_script(lua.DEADLINE_PURGE)
+
+    def claim(self, key: str, fingerprint: str, *, now: float, lease: float) -> Claim:
+        expires_at = now + lease
+        args = [fingerprint, repr(now), repr(lease), repr(expires_at)]
+        reply = self._claim(
+            keys=[self._key(key)], args=[*args, _ttl_ms(expires_at, now, self._grace)]
+        )
+        state = ClaimState(_text(reply[0]))
+        if state is ClaimState.COMPLETED:
+            return Claim(state=state, result=_text(reply[1]))
+        return {"claimed": CLAIMED, "in_flight": IN_FLIGHT, "conflict": CONFLICT}[state.value]
+
+    def complete(self, key: str, fingerprint: str, result: str, *, now: float, ttl: float) -> None:
+        expires_at = now + ttl
+        ttl_ms = _ttl_ms(expires_at, now, self._grace)
+        args: list[str | int] = [fingerprint, result, repr(now), repr(expires_at), ttl_ms]
+        self._complete(keys=[self._key(key)], args=args)
+
+    def release(self, key: str) -> None:
+        self._release(keys=[self._key(key)])
+
+    def purge(self, now: float) -> int:
+        """Delete expired entries Redis has not expired itself; returns how many (may be 0)."""
+        return sum(int(self._purge(keys=batch, args=[repr(now)])) for batch in self._scan())
+
+
+# Field order for the hash; None-valued optional fields are left out.
+_APPROVAL_FIELDS = (
+    "id",
+    "session_id",
+    "principal_id",
+    "role",
+    "scopes",
+    "tool",
+    "arguments",
+    "fingerprint",
+    "proposal_key",
+    "call_id",
+    "reason",
+    "created_at",
+    "expires_at",
+    "state",
+    "decided_by",
+    "decided_at",
+)
+_FLOAT_FIELDS = frozenset({"created_at", "expires_at", "decided_at"})
+
+
+def _approval_fields(action: PendingAction) -> list[str]:
+    """The action as a flat field/value list, floats in ``repr`` so they read back exactly."""
+    flat: list[str] = []
+    for name in _APPROVAL_FIELDS:
+        value = getattr(action, name)
+        if value is None:
+            continue
+        if name == "scopes":
+            value = json.dumps(list(value))
+        elif name == "state":
+            value = value.value
+        elif name in _FLOAT_FIELDS:
+            value = repr(float(value))
+        flat += [name, value]
+    return flat
+
+
+def _approval(fields: dict[str, str]) -> PendingAction:
+    values: dict[str, Any] = {name: fields.get(name) for name in _APPROVAL_FIELDS}
+    values["scopes"] = tuple(json.loads(fields["scopes"]))
+    values["state"] = ApprovalState(fields["state"])
+    for name in _FLOAT_FIELDS:
+        if values[name] is not None:
+            values[name] = float(values[name])
+    return PendingAction(**values)
+
+
+def _from_pairs(reply: Sequence[bytes | str]) -> dict[str, str]:
+    """A script's ``HGETALL`` reply (a flat list) as a dict."""
+    items = [_text(item) for item in reply]
+    return dict(zip(items[::2], items[1::2], strict=True))
+
+
+class RedisApprovalStore(_RedisStore):
+    """Pending actions as hashes, indexed by proposal key; decided ones kept for ``retention`` s."""
+
+    _NAMESPACE = "approval"
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        retention: float = 86_400.0,
+        grace: float = DEFAULT_GRACE,
+    ) -> None:
+        super().__init__(client, prefix=prefix, grace=grace)
+        self._retention = retention
+        self._index = f"{prefix}proposal:"
+        self._create = client.register_script(lua.APPROVAL_CREATE)
+        self._decide = client.register_script(lua.APPROVAL_DECIDE)
+        self._find_pending = client.register_script(lua.APPROVAL_FIND_PENDING)
+        self._purge = client.register_script(lua.APPROVAL_PURGE)
+
+    def create(self, action: PendingAction) -> None:
+        keys = [self._key(action.id), self._index + action.proposal_key]
+        args = [action.id, repr(action.created_at), repr(self._retention), repr(self._grace)]
+        if not self._create(keys=keys, args=[*args, *_approval_fields(action)]):
+            raise ValueError(f"approval id {action.id!r} already exists")
+
+    def get(self, approval_id: str) -> PendingAction | None:
+        fields = self._client.hgetall(self._key(approval_id))
+        if not fields:
+            return None
+        return _approval({_text(k): _text(v) for k, v in fields.items()})
+
+    def find_pending(self, proposal_key: str, *, now: float) -> PendingAction | None:
+        reply = self._find_pending(keys=[self._index + proposal_key], args=[repr(now), self._keys])
+        return None if reply is None else _approval(_from_pairs(reply))
+
+    def decide(
+        self, approval_id: str, *, approve: bool, by: str, now: float
+    ) -> PendingAction | None:
+        args = [
+            "1" if approve else "0",
+            by,
+            repr(now),
+            repr(self._retention),
+            self._index,
+            repr(self._grace),
+        ]
+        reply = self._decide(keys=[self._key(approval_id)], args=args)
+        return None if reply is None else _approval(_from_pairs(reply))
+
+    def purge(self, now: float) -> int:
+        """Delete actions past retention that Redis has not expired itself (may return 0)."""
+        args = [repr(now), repr(self._retention), self._index]
+        return sum(int(self._purge(keys=batch, args=args)) for batch in self._scan())
+
+
+class RedisCounterStore(_RedisStore):
+    """Counters as hashes; every update is one script, so no increment is lost across hosts."""
+
+    _NAMESPACE = "counter"
+
+    def __init__(
+        self, client: redis.Redis, *, prefix: str = DEFAULT_PREFIX, grace: float = DEFAULT_GRACE
+    ) -> None:
+        super().__init__(client, prefix=prefix, grace=grace)
+        self._incr = client.register_script(lua.INCR)
+        self._add_within = client.register_script(lua.ADD_WITHIN)
+        self._purge = client.register_script(lua.DEADLINE_PURGE)
+
+    def incr(self, key: str, amount: int = 1, *, now: float, ttl: float) -> int:
+        expires_at = now + ttl
+        ttl_ms = _ttl_ms(expires_at, now, self._grace)
+        args: list[str | int] = [amount, repr(now), repr(expires_at), ttl_ms]
+        return int(self._incr(keys=[self._key(key)], args=args))
+
+    def get(self, key: str, *, now: float) -> int:
+        value, expires_at = self._client.hmget(self._key(key), ["value", "expires_at"])
+        if value is None or expires_at is None or float(_text(expires_at)) < now:
+            return 0
+        return int(_text(value))
+
+    def reset(self, key: str) -> None:
+        self._client.delete(self._key(key))
+
+    def add_within(self, key: str, amount: int, limit: int, *, now: float, ttl: float) -> bool:
+        expires_at = now + ttl
+        ttl_ms = _ttl_ms(expires_at, now, self._grace)
+        args: list[str | int] = [amount, limit, repr(now), repr(expires_at), ttl_ms]
+        return int(self._add_within(keys=[self._key(key)], args=args)) == 1
+
+    def purge(self, now: float) -> int:
+        """Delete expired counters Redis has not expired itself; returns how many (may be 0)."""
+        return sum(int(self._purge(keys=batch, args=[repr(now)])) for batch in self._scan())
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RedisStores:
+    """The three Redis stores on one client; ``close`` closes the client only if it was opened here."""
+
+    idempotency: RedisIdempotencyStore
+    approvals: RedisApprovalStore
+    counters: RedisCounterStore
+    client: redis.Redis
+    owns_client: bool
+    """True when ``open_redis_stores`` made the client from a URL, so closing it is ours to do."""
+
+    def close(self) -> None:
+        """Close the client and its connection pool, if this object opened them."""
+        if self.owns_client:
+            self.client.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def open_redis_stores(
+    url_or_client: str | redis.Redis,
+    *,
+    prefix: str = DEFAULT_PREFIX,
+    retention: float = 86_400.0,
+    grace: float = DEFAULT_GRACE,
+) -> RedisStores:
+    """The idempotency, approval and counter stores on one Redis, their keys under ``prefix``.
+
+    Pass a ``redis://`` URL (the stores then own the client and ``close`` closes it) or a
+    ``redis.Redis`` client the host manages. ``retention`` is how long decided or expired
+    approvals are kept; ``grace`` how long Redis keeps any key past its stored deadline.
+    """
+    owns_client = isinstance(url_or_client, str)
+    client = (
+        redis.Redis.from_url(url_or_client) if isinstance(url_or_client, str) else url_or_client
+    )
+    try:
+        return RedisStores(
+            idempotency=RedisIdempotencyStore(client, prefix=prefix, grace=grace),
+            approvals=RedisApprovalStore(client, prefix=prefix, retention=retention, grace=grace),
+            counters=RedisCounterStore(client, prefix=prefix, grace=grace),
+            client=client,
+            owns_client=owns_client,
+        )
+    except BaseException:
+        if owns_client:
+            client.close()
+        raise
+
+
+if TYPE_CHECKING:
+    # Protocols are structural: these lines make mypy prove each class still fits its protocol.
+    _idempotency: type[IdempotencyStore] = RedisIdempotencyStore
+    _approvals: type[ApprovalStore] = RedisApprovalStore
+    _counters: type[CounterStore] = RedisCounterStore

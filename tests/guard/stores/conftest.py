@@ -1,0 +1,96 @@
+"""A real redis-server for the Redis stores' tests: started once per session, flushed per test."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    import redis
+
+REDIS_SERVER = "redis-server"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _wait_for_ping(url: str, server: subprocess.Popen[bytes], log: Path) -> None:
+    import redis
+
+    deadline = time.monotonic() + 10.0
+    client = redis.Redis.from_url(url)
+    try:
+        while True:
+            if server.poll() is not None:
+                pytest.fail(f"redis-server exited with {server.returncode}:\n{log.read_text()}")
+            try:
+                if client.ping():
+                    return
+            except redis.ConnectionError:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"redis-server did not answer PING within 10 s:\n{log.read_text()}")
+                time.sleep(0.02)
+    finally:
+        client.close()
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A throwaway redis-server on 127.0.0.1 with persistence off; its URL."""
+    executable = shutil.which(REDIS_SERVER) or shutil.which(REDIS_SERVER, path="/usr/sbin:/usr/bin")
+    if executable is None:
+        # A failure, not a skip: the Redis stores must not go untested by accident.
+        pytest.fail("redis-server not found on PATH; install it (apt-get install redis-server)")
+    port = _free_port()
+    log = tmp_path_factory.mktemp("redis") / "redis-server.log"
+    with log.open("wb") as out:
+        server = subprocess.Popen(
+            [
+                executable,
+                "--port",
+                str(port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        url = f"redis://127.0.0.1:{port}/0"
+        _wait_for_ping(url, server, log)
+        yield url
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
+@pytest.fixture
+def redis_client(redis_url: str) -> Iterator[redis.Redis]:
+    """A client on an empty database, closed (with its pool) after the test."""
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    client.flushdb()
+    try:
+        yield client
+    finally:
+        client.close()
