@@ -357,34 +357,55 @@ def _print_trace(view: TraceView) -> None:
 @_db_option
 @click.option("--session", help="Show this session's calls in order.")
 @click.option("--call-id", help="Find calls by the model's call id.")
+@click.option("--clickhouse", "clickhouse_url", help="Read ClickHouse (otel_traces) at URL instead.")
 @_json_option
 def trace_command(
-    trace_id: str | None, database: str, session: str | None, call_id: str | None, as_json: bool
+    trace_id: str | None,
+    database: str,
+    session: str | None,
+    call_id: str | None,
+    clickhouse_url: str | None,
+    as_json: bool,
 ) -> None:
     """Rebuild a call from its trace id: stages, codes, timings, masked arguments, approvals."""
     if sum(x is not None for x in (trace_id, session, call_id)) != 1:
         raise click.UsageError("give exactly one of TRACE_ID, --session or --call-id")
+    if clickhouse_url:
+        from .clickhouse import connect_url
+
+        _print_lookup(connect_url(clickhouse_url), trace_id, session, call_id, as_json)
+        return
     if not os.path.exists(database):
         raise click.ClickException(f"no database at {database}: run `callgate load` first")
     con = connect(database, read_only=True)
     try:
-        if trace_id is not None:
-            view = rebuild_trace(con, trace_id)
-            if view is None:
-                raise click.ClickException(f"no spans for trace {trace_id}")
-            _echo_json(view) if as_json else _print_trace(view)
-            return
-        if session is not None:
-            calls = session_calls(con, session)
-            title = f"session {session}"
-        else:
-            calls = calls_by_call_id(con, call_id or "")
-            title = f"call id {call_id}"
-        if not calls:
-            raise click.ClickException(f"no calls for {title}")
-        _echo_json(calls) if as_json else _console().print(_calls_table(title, calls))
+        _print_lookup(con, trace_id, session, call_id, as_json)
     finally:
         con.close()
+
+
+def _print_lookup(
+    source: metrics.Source,
+    trace_id: str | None,
+    session: str | None,
+    call_id: str | None,
+    as_json: bool,
+) -> None:
+    if trace_id is not None:
+        view = rebuild_trace(source, trace_id)
+        if view is None:
+            raise click.ClickException(f"no spans for trace {trace_id}")
+        _echo_json(view) if as_json else _print_trace(view)
+        return
+    if session is not None:
+        calls = session_calls(source, session)
+        title = f"session {session}"
+    else:
+        calls = calls_by_call_id(source, call_id or "")
+        title = f"call id {call_id}"
+    if not calls:
+        raise click.ClickException(f"no calls for {title}")
+    _echo_json(calls) if as_json else _console().print(_calls_table(title, calls))
 
 
 # ---------------------------------------------------------------------------------------------

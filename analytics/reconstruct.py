@@ -1,7 +1,9 @@
 """Incident reconstruction: rebuild a call from its trace, a session's calls, a call by its call id.
 
-Everything comes from the ``spans`` table (the full record, every attribute as sent) and ``calls``;
-results are frozen dataclasses that :func:`to_jsonable` turns into plain JSON data.
+On DuckDB everything comes from the ``spans`` table (the full record, every attribute as sent)
+and ``calls``; on ClickHouse from the exporter's ``otel_traces`` (attributes as the exporter keeps
+them: text) and the same ``calls`` relation the metrics use. Results are frozen dataclasses that
+:func:`to_jsonable` turns into plain JSON data.
 """
 
 from __future__ import annotations
@@ -13,10 +15,10 @@ from typing import Any
 
 import duckdb
 
+from .query import Backend, Source, backend_of, rows_as
 from .schema import COLUMNS
 
 __all__ = [
-    "CALL_SUMMARY_SQL",
     "CallSummary",
     "Event",
     "SpanNode",
@@ -103,9 +105,6 @@ class TraceView:
 
 _SUMMARY_COLUMNS = [f.name for f in fields(CallSummary)]
 
-CALL_SUMMARY_SQL = f"SELECT {', '.join(_SUMMARY_COLUMNS)} FROM calls"
-"""The columns of a :class:`CallSummary`; callers add WHERE and ORDER BY."""
-
 
 def _value(value: dict[str, Any] | None) -> AttributeValue:
     if value is None:
@@ -139,22 +138,98 @@ def _span_attributes(row: tuple[Any, ...]) -> dict[str, AttributeValue]:
     }
 
 
-def _summaries(con: duckdb.DuckDBPyConnection, where: str, params: list[Any]) -> list[CallSummary]:
-    rows = con.execute(f"{CALL_SUMMARY_SQL} WHERE {where} ORDER BY start_time, seq", params)
-    return [CallSummary(**dict(zip(_SUMMARY_COLUMNS, row, strict=True))) for row in rows.fetchall()]
+def _summaries(
+    source: Source, column: str, values: list[str], *, limit: int | None = None
+) -> list[CallSummary]:
+    """The calls whose ``column`` is one of ``values``, in the order they were made."""
+    b = backend_of(source)
+    d = b.dialect
+    names = [f"v{i}" for i in range(len(values))]
+    placeholders = ", ".join(d.param(n, "string") for n in names)
+    params: dict[str, Any] = dict(zip(names, values, strict=True))
+    tail = ""
+    if limit is not None:
+        tail = f" LIMIT {d.param('limit', 'int')}"
+        params["limit"] = limit
+    sql = (
+        f"SELECT {', '.join(_SUMMARY_COLUMNS)} FROM {d.ranked_calls} "
+        f"WHERE {column} IN ({placeholders}) ORDER BY start_time, seq{tail}"
+    )
+    return rows_as(CallSummary, b.fetch(sql, params))
 
 
-def trace(con: duckdb.DuckDBPyConnection, trace_id: str) -> TraceView | None:
-    """Rebuild the trace ``trace_id``; None when no span of it is stored."""
-    typed = ", ".join(c.name for c in COLUMNS)
-    rows = con.execute(
+def _span_rows(source: Source, trace_id: str) -> list[tuple[Any, ...]]:
+    """The trace's spans as rows: span_id, parent, name, start, ms, status code and message,
+    stage, stage outcome, code, attribute list (or None), events, then the typed columns."""
+    if isinstance(source, duckdb.DuckDBPyConnection):
+        typed = ", ".join(c.name for c in COLUMNS)
+        return source.execute(
+            f"""
+            SELECT span_id, parent_span_id, name, start_time, duration_ns / 1e6, status_code,
+                   status_message, stage, stage_outcome, code, attributes, events, {typed}
+            FROM spans WHERE trace_id = ? ORDER BY start_time, span_id
+            """,
+            [trace_id],
+        ).fetchall()
+    return _clickhouse_span_rows(source, trace_id)
+
+
+def _clickhouse_span_rows(backend: Backend, trace_id: str) -> list[tuple[Any, ...]]:
+    # The exporter keeps every attribute as text in a map; they come back as an attribute list,
+    # so the tree shows them as stored (the typed columns stay empty).
+    rows = backend.fetch(
         f"""
-        SELECT span_id, parent_span_id, name, start_time, duration_ns / 1e6, status_code,
-               status_message, stage, stage_outcome, code, attributes, events, {typed}
-        FROM spans WHERE trace_id = ? ORDER BY start_time, span_id
+        SELECT SpanId AS span_id, nullIf(ParentSpanId, '') AS parent_span_id, SpanName AS name,
+               toDateTime64(Timestamp, 6, 'UTC') AS start_time, Duration / 1e6 AS duration_ms,
+               multiIf(StatusCode IN ('Error', 'STATUS_CODE_ERROR'), 2,
+                       StatusCode IN ('Ok', 'STATUS_CODE_OK'), 1, 0) AS status_code,
+               nullIf(StatusMessage, '') AS status_message,
+               nullIf(SpanAttributes['guard.stage.name'], '') AS stage,
+               nullIf(SpanAttributes['guard.stage.outcome'], '') AS stage_outcome,
+               nullIf(SpanAttributes['guard.code'], '') AS code,
+               mapKeys(SpanAttributes) AS keys, mapValues(SpanAttributes) AS values,
+               arrayMap(t -> toUnixTimestamp64Nano(t), `Events.Timestamp`) AS event_ns,
+               `Events.Name` AS event_names,
+               arrayMap(a -> mapKeys(a), `Events.Attributes`) AS event_keys,
+               arrayMap(a -> mapValues(a), `Events.Attributes`) AS event_values
+        FROM otel_traces WHERE lower(TraceId) = {backend.dialect.param("trace", "string")}
+        ORDER BY start_time, span_id
         """,
-        [trace_id.lower()],
-    ).fetchall()
+        {"trace": trace_id},
+    )
+    empty = (None,) * len(COLUMNS)
+    return [
+        (
+            r["span_id"],
+            r["parent_span_id"],
+            r["name"],
+            r["start_time"],
+            r["duration_ms"],
+            r["status_code"],
+            r["status_message"],
+            r["stage"],
+            r["stage_outcome"],
+            r["code"],
+            _text_list(r["keys"], r["values"]),
+            [
+                {"name": name, "timeUnixNano": ns, "attributes": _text_list(keys, values)}
+                for ns, name, keys, values in zip(
+                    r["event_ns"], r["event_names"], r["event_keys"], r["event_values"], strict=True
+                )
+            ],
+            *empty,
+        )
+        for r in rows
+    ]
+
+
+def _text_list(keys: list[str], values: list[str]) -> list[dict[str, Any]]:
+    return [{"key": k, "value": {"stringValue": v}} for k, v in zip(keys, values, strict=True)]
+
+
+def trace(source: Source, trace_id: str) -> TraceView | None:
+    """Rebuild the trace ``trace_id``; None when no span of it is stored."""
+    rows = _span_rows(source, trace_id.lower())
     if not rows:
         return None
     children: dict[str | None, list[tuple[Any, ...]]] = {}
@@ -188,12 +263,9 @@ def trace(con: duckdb.DuckDBPyConnection, trace_id: str) -> TraceView | None:
             children=tuple(build(child) for child in children.get(row[0], ())),
         )
 
-    calls = _summaries(con, "trace_id = ?", [trace_id.lower()])
+    calls = _summaries(source, "trace_id", [trace_id.lower()])
     approval_ids = sorted({c.approval_id for c in calls if c.approval_id})
-    approvals: list[CallSummary] = []
-    if approval_ids:
-        marks = ", ".join("?" for _ in approval_ids)
-        approvals = _summaries(con, f"approval_id IN ({marks})", approval_ids)
+    approvals = _summaries(source, "approval_id", approval_ids) if approval_ids else []
     return TraceView(
         trace_id=trace_id.lower(),
         roots=tuple(build(row) for row in children.get(None, ())),
@@ -202,24 +274,19 @@ def trace(con: duckdb.DuckDBPyConnection, trace_id: str) -> TraceView | None:
     )
 
 
-def session_calls(con: duckdb.DuckDBPyConnection, session: str) -> list[CallSummary]:
+def session_calls(source: Source, session: str) -> list[CallSummary]:
     """The calls of ``session`` in the order they were made."""
-    return _summaries(con, "session = ?", [session])
+    return _summaries(source, "session", [session])
 
 
-def calls_by_call_id(con: duckdb.DuckDBPyConnection, call_id: str) -> list[CallSummary]:
+def calls_by_call_id(source: Source, call_id: str) -> list[CallSummary]:
     """The calls with the model's call id ``call_id`` (usually one)."""
-    return _summaries(con, "call_id = ?", [call_id])
+    return _summaries(source, "call_id", [call_id])
 
 
-def calls_with_code(
-    con: duckdb.DuckDBPyConnection, code: str, *, limit: int = 20
-) -> list[CallSummary]:
+def calls_with_code(source: Source, code: str, *, limit: int = 20) -> list[CallSummary]:
     """The first ``limit`` calls that ended with ``code``, oldest first (incidents to open)."""
-    rows = con.execute(
-        f"{CALL_SUMMARY_SQL} WHERE code = ? ORDER BY start_time, seq LIMIT ?", [code, limit]
-    )
-    return [CallSummary(**dict(zip(_SUMMARY_COLUMNS, row, strict=True))) for row in rows.fetchall()]
+    return _summaries(source, "code", [code], limit=limit)
 
 
 def to_jsonable(value: Any) -> Any:

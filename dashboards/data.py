@@ -13,8 +13,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TypeVar
 
-import duckdb
-
 from analytics import metrics, reconstruct
 from analytics.metrics import (
     CallCount,
@@ -49,7 +47,6 @@ __all__ = [
     "headline",
     "latency",
     "lookup",
-    "lookup_supported",
     "loops",
     "recovery",
     "rejections",
@@ -335,16 +332,11 @@ class TraceLookup:
     """What the query matched: "trace", "session", "call id" or "" (nothing)."""
 
 
-def lookup_supported(source: Source) -> bool:
-    """Trace reconstruction reads DuckDB (analytics.reconstruct has no ClickHouse backend yet)."""
-    return isinstance(source, duckdb.DuckDBPyConnection)
-
-
 def lookup(source: Source, query: str) -> TraceLookup:
     """Find ``query`` as a trace id, then as a session, then as a call id."""
     query = query.strip()
-    if not query or not isinstance(source, duckdb.DuckDBPyConnection):
-        return TraceLookup()  # see lookup_supported
+    if not query:
+        return TraceLookup()
     found = reconstruct.trace(source, query)
     if found is not None:
         return TraceLookup(trace=found, calls=found.calls, matched="trace")

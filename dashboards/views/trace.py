@@ -25,12 +25,6 @@ _PARAMS = ("trace", "session", "call_id", "q")
 def render(ctx: PageContext) -> None:
     """A search box, what it matched, and the trace it opens."""
     st.header("Trace explorer")
-    if not data.lookup_supported(ctx.source):
-        st.info(
-            "The trace explorer reads a DuckDB file. For ClickHouse, load the collector's span "
-            "files with `callgate load` and run `callgate dashboard --db FILE`."
-        )
-        return
     if _QUERY_KEY not in st.session_state:
         st.session_state[_QUERY_KEY] = next(
             (str(st.query_params[p]) for p in _PARAMS if p in st.query_params), ""

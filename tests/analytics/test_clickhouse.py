@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from analytics import metrics
+from analytics import metrics, reconstruct
 from analytics.cli import analytics_cli
 from analytics.clickhouse import (
     OTEL_TRACES_DDL,
@@ -181,3 +181,35 @@ class TestReportOnClickHouse:
         data = json.loads(result.output)
         assert data["overview"][0]["calls"] == metrics.overview(duck)[0].calls
         assert data["recovery_rate"] == to_jsonable(metrics.recovery_rate(duck, min_calls=1))
+
+
+class TestReconstructionOnClickHouse:
+    def test_trace_tree_and_calls_match(self, engines):
+        """A trace rebuilt from otel_traces has DuckDB's span tree, stage outcomes, codes and calls."""
+        duck, ch = engines
+        (trace_id,) = duck.execute(
+            "SELECT trace_id FROM calls WHERE approval_id IS NOT NULL ORDER BY start_time LIMIT 1"
+        ).fetchone()
+        expected, got = reconstruct.trace(duck, trace_id), reconstruct.trace(ch, trace_id)
+        assert expected is not None and got is not None
+
+        def shape(nodes):
+            return [(n.name, n.stage, n.stage_outcome, n.code, shape(n.children)) for n in nodes]
+
+        assert shape(got.roots) == shape(expected.roots)
+        assert got.calls == expected.calls and got.approvals == expected.approvals
+        assert reconstruct.trace(ch, "0" * 32) is None
+
+    def test_session_and_call_id_lookups_match(self, engines):
+        """A session's calls and a call found by its call id are the same on both engines."""
+        duck, ch = engines
+        session, call_id = duck.execute(
+            "SELECT session, call_id FROM calls WHERE call_id IS NOT NULL ORDER BY start_time LIMIT 1"
+        ).fetchone()
+        assert reconstruct.session_calls(ch, session) == reconstruct.session_calls(duck, session)
+        assert reconstruct.calls_by_call_id(ch, call_id) == reconstruct.calls_by_call_id(
+            duck, call_id
+        )
+        assert reconstruct.calls_with_code(ch, "NOT_FOUND", limit=3) == reconstruct.calls_with_code(
+            duck, "NOT_FOUND", limit=3
+        )

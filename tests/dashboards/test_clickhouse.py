@@ -53,6 +53,38 @@ class TestClickHouse:
         assert_same(shown(readings), expected_overview(chdb_backend, Filters()))
         assert "secret" not in " ".join(c.value for c in [*at.caption, *at.sidebar.caption])
 
+    def test_trace_explorer_on_clickhouse(
+        self, monkeypatch: pytest.MonkeyPatch, chdb_backend: Any, fixture_db: Path
+    ) -> None:
+        """With --clickhouse, a trace opened by id shows the same spans, stages and codes as DuckDB."""
+        from streamlit.testing.v1 import AppTest
+
+        from analytics import reconstruct
+        from dashboards.server import APP
+
+        con = connect(fixture_db, read_only=True)
+        try:
+            (trace_id,) = con.execute(
+                "SELECT trace_id FROM calls ORDER BY start_time LIMIT 1"
+            ).fetchone()
+            view = reconstruct.trace(con, trace_id)
+        finally:
+            con.close()
+        assert view is not None
+        monkeypatch.setattr(source_module, "connect_clickhouse", lambda url: chdb_backend)
+        monkeypatch.delenv(DB_ENV, raising=False)
+        monkeypatch.setenv(CLICKHOUSE_ENV, "http://u:secret@clickhouse:8123/otel")
+        monkeypatch.setenv(REFRESH_ENV, "0")
+        at = AppTest.from_file(str(APP), default_timeout=60)
+        at.query_params["page"] = "trace"
+        at.query_params["trace"] = trace_id
+        at.run()
+        assert not at.exception, at.exception
+        table = at.table[0].value
+        root = view.roots[0]
+        assert list(table["span"]) == [root.name, *(c.stage for c in root.children)]
+        assert list(table["code"])[-1] == (root.children[-1].code or "")
+
     def test_unreachable_server_is_a_message(self, monkeypatch: pytest.MonkeyPatch) -> None:
         """A ClickHouse that cannot be reached is a warning on the page, not a traceback."""
         from streamlit.testing.v1 import AppTest
