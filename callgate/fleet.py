@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from callgate.personas import PERSONAS, Decision, Persona, Proposal, Script
-from guard import Code, Observer, RateLimit, ToolResult
+from guard import Code, Observer, RateLimit, Session, ToolResult
 from guard.shop import Order, ShopApp, build_shop, shop_policy
 from guard.testing import ManualClock
 
@@ -185,13 +185,10 @@ def _propose(
     shop: ShopApp,
     clock: ManualClock,
     tally: Tally,
-    session: object,
+    session: Session,
     proposal: Proposal,
     expiring: list[tuple[str, str, float]],
 ) -> ToolResult:
-    from guard import Session
-
-    assert isinstance(session, Session)
     clock.advance(proposal.think)
     if proposal.new_turn:
         session.next_turn()

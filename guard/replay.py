@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -78,7 +79,7 @@ class Replayer:
 
     @classmethod
     def create(cls, factory: Callable[[ManualClock], Any] = shop_target) -> Replayer:
-        clock = ManualClock(start=_wall_clock())
+        clock = ManualClock(start=time.time())
         target = factory(clock)
         if isinstance(target, Guard):
             target = _GuardOnly(guard=target)
@@ -173,9 +174,3 @@ def _output(result: ToolResult, call_id: Any) -> dict[str, Any]:
         "outcome": str(result.outcome),
         "message": result.message,
     }
-
-
-def _wall_clock() -> float:
-    import time
-
-    return time.time()
