@@ -17,10 +17,17 @@ from datetime import datetime
 from pathlib import Path
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
 
 import telemetry
-from analytics.load import connect, load
+from analytics.load import connect, discover_files, load
 from callgate.fleet import Fleet, Tally
 from telemetry.sidecar import OTLPReceiver
 from telemetry.trail import SpanFileWriter
@@ -113,14 +120,9 @@ def run_demo(
             load_errors=0,
             seconds=time.monotonic() - started,
         )
-    with console.status("loading span files into DuckDB"):
-        con = connect(database)
-        try:
-            report = load(con, [spans_dir])
-        finally:
-            con.close()
-    loaded = report.spans + (follower.spans if follower else 0)
-    errors = report.errors + (follower.errors if follower else 0)
+    spans, errors = _load(database, spans_dir, console)
+    loaded = spans + (follower.spans if follower else 0)
+    errors += follower.errors if follower else 0
     return DemoRun(
         tally=tally,
         spans_dir=spans_dir,
@@ -129,6 +131,30 @@ def run_demo(
         load_errors=errors,
         seconds=time.monotonic() - started,
     )
+
+
+def _load(database: Path, spans_dir: Path, console: Console) -> tuple[int, int]:
+    """Load the span files a file at a time, so the bar moves by bytes; (spans, bad lines)."""
+    files = discover_files([spans_dir])
+    spans = errors = 0
+    con = connect(database)
+    try:
+        columns = (
+            TextColumn("{task.description}"),
+            BarColumn(),
+            DownloadColumn(),
+            TimeElapsedColumn(),
+        )
+        with Progress(*columns, console=console) as progress:
+            total = sum(f.stat().st_size for f in files)
+            task = progress.add_task("loading into DuckDB", total=total)
+            for path in files:
+                report = load(con, [path])
+                spans, errors = spans + report.spans, errors + report.errors
+                progress.advance(task, path.stat().st_size)
+    finally:
+        con.close()
+    return spans, errors
 
 
 def _traffic(options: DemoOptions, observer: telemetry.OTelObserver, console: Console) -> Tally:
