@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from .dialect import DUCKDB, Dialect
 from .query import (
@@ -89,11 +90,17 @@ def recovery_rate_query(
     to the same tool in that session, minus its own. DuckDB keeps it as a column of ``calls``,
     maintained at load time; ClickHouse computes it with the same two window functions.
     """
+    return _recovery_query(filters, d, "tool", k=k, bucket=bucket)
+
+
+def _recovery_query(
+    filters: Filters, d: Dialect, by: str, *, k: int, bucket: timedelta | None
+) -> SqlParams:
     where, params = where_clause(filters, d, extra=["fixable", "NOT ok"])
     params["k"] = k
     return (
         f"""
-        SELECT {bucket_expr(d, bucket)} AS bucket, tool,
+        SELECT {bucket_expr(d, bucket)} AS bucket, {by},
                count(*) AS rejected,
                sum(CASE WHEN next_ok_gap <= {d.param("k", "int")} THEN 1 ELSE 0 END) AS recovered
         FROM {d.ranked_calls} {where}
@@ -101,6 +108,17 @@ def recovery_rate_query(
         """,
         params,
     )
+
+
+def _recovery_counts(
+    source: Source, filters: Filters, by: str, *, k: int, bucket: timedelta | None
+) -> list[tuple[dict[str, Any], int, int]]:
+    """(row, rejected, recovered) per group of ``by``."""
+    if k < 1:
+        raise ValueError("k must be at least 1")
+    b = backend_of(source)
+    rows = b.fetch(*_recovery_query(filters, b.dialect, by, k=k, bucket=bucket))
+    return [(r, int(r["rejected"]), int(r["recovered"])) for r in rows]
 
 
 def recovery_rate(
@@ -118,19 +136,15 @@ def recovery_rate(
     calls of that session (any tool; default 3). Low recovery means the rejection messages do
     not tell the model how to fix the call.
     """
-    if k < 1:
-        raise ValueError("k must be at least 1")
-    b = backend_of(source)
-    rows = b.fetch(*recovery_rate_query(filters, b.dialect, k=k, bucket=bucket))
     return [
         Recovery(
             bucket=r["bucket"],
             tool=r["tool"],
-            rejected=int(r["rejected"]),
-            recovered=int(r["recovered"]),
-            rate=floored_rate(int(r["recovered"]), int(r["rejected"]), min_calls),
+            rejected=rejected,
+            recovered=recovered,
+            rate=floored_rate(recovered, rejected, min_calls),
         )
-        for r in rows
+        for r, rejected, recovered in _recovery_counts(source, filters, "tool", k=k, bucket=bucket)
     ]
 
 
@@ -154,18 +168,7 @@ def recovery_by_code_query(
     bucket: timedelta | None = None,
 ) -> SqlParams:
     """:func:`recovery_rate_query` grouped by the rejecting code instead of the tool."""
-    where, params = where_clause(filters, d, extra=["fixable", "NOT ok"])
-    params["k"] = k
-    return (
-        f"""
-        SELECT {bucket_expr(d, bucket)} AS bucket, code,
-               count(*) AS rejected,
-               sum(CASE WHEN next_ok_gap <= {d.param("k", "int")} THEN 1 ELSE 0 END) AS recovered
-        FROM {d.ranked_calls} {where}
-        GROUP BY 1, 2 ORDER BY 1, 2
-        """,
-        params,
-    )
+    return _recovery_query(filters, d, "code", k=k, bucket=bucket)
 
 
 def recovery_by_code(
@@ -180,19 +183,15 @@ def recovery_by_code(
 
     A code whose rejections rarely recover has a message that does not tell the model what to do.
     """
-    if k < 1:
-        raise ValueError("k must be at least 1")
-    b = backend_of(source)
-    rows = b.fetch(*recovery_by_code_query(filters, b.dialect, k=k, bucket=bucket))
     return [
         CodeRecovery(
             bucket=r["bucket"],
             code=r["code"],
-            rejected=int(r["rejected"]),
-            recovered=int(r["recovered"]),
-            rate=floored_rate(int(r["recovered"]), int(r["rejected"]), min_calls),
+            rejected=rejected,
+            recovered=recovered,
+            rate=floored_rate(recovered, rejected, min_calls),
         )
-        for r in rows
+        for r, rejected, recovered in _recovery_counts(source, filters, "code", k=k, bucket=bucket)
     ]
 
 

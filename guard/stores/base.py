@@ -7,11 +7,12 @@ Each protocol has an in-memory implementation (one process, bounded by expiry), 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from enum import StrEnum
 from typing import Protocol
 
 __all__ = [
+    "PENDING_ACTION_FIELDS",
     "ApprovalState",
     "ApprovalStore",
     "Claim",
@@ -91,6 +92,10 @@ class PendingAction:
 
     def decided(self, state: ApprovalState, *, by: str | None, at: float) -> PendingAction:
         return replace(self, state=state, decided_by=by, decided_at=at)
+
+
+PENDING_ACTION_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(PendingAction))
+"""The fields of a pending action in declaration order: the column order the durable stores use."""
 
 
 class ApprovalStore(Protocol):

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Self
 from guard.stores import _redis_lua as lua
 from guard.stores._rules import CLAIMED, CONFLICT, IN_FLIGHT
 from guard.stores.base import (
+    PENDING_ACTION_FIELDS,
     ApprovalState,
     ApprovalStore,
     Claim,
@@ -152,24 +153,7 @@ class RedisIdempotencyStore(_RedisStore):
 
 
 # Field order for the hash; None-valued optional fields are left out.
-_APPROVAL_FIELDS = (
-    "id",
-    "session_id",
-    "principal_id",
-    "role",
-    "scopes",
-    "tool",
-    "arguments",
-    "fingerprint",
-    "proposal_key",
-    "call_id",
-    "reason",
-    "created_at",
-    "expires_at",
-    "state",
-    "decided_by",
-    "decided_at",
-)
+_APPROVAL_FIELDS = PENDING_ACTION_FIELDS
 _FLOAT_FIELDS = frozenset({"created_at", "expires_at", "decided_at"})
 
 

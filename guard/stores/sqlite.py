@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Self
 from guard.stores._rules import CLAIMED, claim_outcome, decision
 from guard.stores._sqlite_base import SQLiteStoreBase, Synchronous
 from guard.stores.base import (
+    PENDING_ACTION_FIELDS,
     ApprovalState,
     ApprovalStore,
     Claim,
@@ -165,24 +166,7 @@ class SQLiteIdempotencyStore(SQLiteStoreBase):
         return cursor.rowcount
 
 
-_APPROVAL_COLUMNS = (
-    "id",
-    "session_id",
-    "principal_id",
-    "role",
-    "scopes",
-    "tool",
-    "arguments",
-    "fingerprint",
-    "proposal_key",
-    "call_id",
-    "reason",
-    "created_at",
-    "expires_at",
-    "state",
-    "decided_by",
-    "decided_at",
-)
+_APPROVAL_COLUMNS = PENDING_ACTION_FIELDS
 _SELECT_APPROVALS = f"SELECT {', '.join(_APPROVAL_COLUMNS)} FROM approvals"
 
 _INSERT_APPROVAL = f"""
