@@ -17,6 +17,7 @@ from typing import Any, TypeAlias
 from pydantic import BaseModel
 
 from guard.errors import ConfigurationError
+from guard.patterns import ambiguous_constructs, schema_patterns
 from guard.session import Principal
 
 __all__ = [
@@ -193,6 +194,12 @@ class ToolSpec:
         object.__setattr__(self, "is_async", inspect.iscoroutinefunction(self.handler))
         object.__setattr__(self, "is_write", self.effect is Effect.WRITE)
         object.__setattr__(self, "_schema", self.arguments.model_json_schema())
+        for where, regex in schema_patterns(self._schema):  # type: ignore[attr-defined]
+            if found := ambiguous_constructs(regex):
+                raise ConfigurationError(
+                    f"tool {self.name!r}: pattern {regex!r} at {where} means one thing to the "
+                    f"validator and another in the published schema: {'; '.join(found)}"
+                )
 
     is_write: bool = field(init=False, default=False)
     """The tool changes the world (derived from ``effect``)."""
