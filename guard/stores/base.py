@@ -32,6 +32,10 @@ class ClaimState(StrEnum):
     """The write finished; ``Claim.result`` holds its stored result to replay."""
     CONFLICT = "conflict"
     """The key is known with a different fingerprint (other arguments)."""
+    STALE = "stale"
+    """Another caller claimed the key and its lease ran out with no result: it died, perhaps in
+    the middle of the write. Returned only to a caller that may not take stale claims over
+    (``take_stale=False``: its backend cannot deduplicate, so running again could apply it twice)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -44,8 +48,13 @@ class Claim:
 class IdempotencyStore(Protocol):
     """Claims and results of writes, keyed by idempotency key."""
 
-    def claim(self, key: str, fingerprint: str, *, now: float, lease: float) -> Claim:
-        """Atomically take ``key`` unless someone holds it (for less than ``lease`` s) or it completed."""
+    def claim(
+        self, key: str, fingerprint: str, *, now: float, lease: float, take_stale: bool = True
+    ) -> Claim:
+        """Atomically take ``key`` unless someone holds it (for less than ``lease`` s) or it completed.
+
+        A stale claim (held longer than ``lease``) is taken over when ``take_stale``; otherwise the
+        answer is STALE (same fingerprint) or CONFLICT, and the stale claim is left as it is."""
 
     def complete(self, key: str, fingerprint: str, result: str, *, now: float, ttl: float) -> None:
         """Record the result of ``key`` (upsert), replayable until ``now + ttl``."""

@@ -20,7 +20,13 @@ import threading
 from heapq import heappop, heappush
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
-from guard.stores._rules import CLAIMED, approval_purge_at, claim_outcome, decision
+from guard.stores._rules import (
+    ABANDONED_RETENTION,
+    CLAIMED,
+    approval_purge_at,
+    claim_outcome,
+    decision,
+)
 from guard.stores.base import (
     ApprovalState,
     ApprovalStore,
@@ -80,13 +86,19 @@ class _ExpiringMap(Generic[_E]):
             entry = entries.get(key)
             if entry is None:
                 self._queued.discard(key)
-            elif entry.expires_at < now:
+            elif (deadline := self._deadline(entry)) < now:
                 self._delete(key, entry)
                 self._queued.discard(key)
                 removed += 1
             else:
-                heappush(heap, (entry.expires_at, key))
+                heappush(heap, (deadline, key))
         return removed
+
+    def _deadline(self, entry: _E) -> float:
+        """When ``entry`` may be deleted. Items are queued at ``expires_at`` and re-queued here when
+        they come due, so a store may keep some entries past it without the heap ever holding a
+        deadline later than the entry's."""
+        return entry.expires_at
 
     def _put(self, key: str, entry: _E) -> None:
         """Insert ``entry`` under a key that has none, evicting first if the store is full."""
@@ -117,7 +129,7 @@ class _ExpiringMap(Generic[_E]):
             removed = self._sweep(now, len(self._heap))
             # The heap may hold a deadline later than the entry's (a refresh with a shorter ttl),
             # so a full scan makes purge exact; it is an explicit, occasional call.
-            dead = [(k, e) for k, e in self._entries.items() if e.expires_at < now]
+            dead = [(k, e) for k, e in self._entries.items() if self._deadline(e) < now]
             for key, entry in dead:
                 self._delete(key, entry)
             return removed + len(dead)
@@ -149,7 +161,9 @@ class MemoryIdempotencyStore(_ExpiringMap[_Record]):
     def __init__(self, *, max_entries: int = DEFAULT_MAX_ENTRIES) -> None:
         super().__init__(max_entries=max_entries)
 
-    def claim(self, key: str, fingerprint: str, *, now: float, lease: float) -> Claim:
+    def claim(
+        self, key: str, fingerprint: str, *, now: float, lease: float, take_stale: bool = True
+    ) -> Claim:
         with self._lock:
             self._tick(now)
             record = self._entries.get(key)
@@ -162,6 +176,7 @@ class MemoryIdempotencyStore(_ExpiringMap[_Record]):
                     fingerprint=fingerprint,
                     now=now,
                     lease=lease,
+                    take_stale=take_stale,
                 )
                 if outcome is not None:
                     return outcome
@@ -185,6 +200,13 @@ class MemoryIdempotencyStore(_ExpiringMap[_Record]):
             record = self._entries.get(key)
             if record is not None and record.result is None:
                 self._delete(key, record)
+
+    def _deadline(self, entry: _Record) -> float:
+        # A claim whose lease ran out with no result was abandoned, maybe mid-write: it is kept as
+        # evidence (``ABANDONED_RETENTION``), never swept with its lease.
+        if entry.result is None:
+            return entry.expires_at + ABANDONED_RETENTION
+        return entry.expires_at
 
     def purge(self, now: float) -> int:
         return self._purge(now)

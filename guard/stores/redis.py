@@ -35,7 +35,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
 from guard.stores import _redis_lua as lua
-from guard.stores._rules import CLAIMED, CONFLICT, IN_FLIGHT
+from guard.stores._rules import CLAIMED, CONFLICT, IN_FLIGHT, STALE, claim_deadline
 from guard.stores.base import (
     PENDING_ACTION_FIELDS,
     ApprovalState,
@@ -71,6 +71,14 @@ _SCAN_BATCH = 500
 def _text(value: bytes | str) -> str:
     """Replies are bytes unless the client was made with ``decode_responses=True``."""
     return value.decode() if isinstance(value, bytes) else value
+
+
+_CLAIMS = {
+    ClaimState.CLAIMED: CLAIMED,
+    ClaimState.IN_FLIGHT: IN_FLIGHT,
+    ClaimState.CONFLICT: CONFLICT,
+    ClaimState.STALE: STALE,
+}
 
 
 def _ttl_ms(deadline: float, now: float, grace: float) -> int:
@@ -127,16 +135,17 @@ class RedisIdempotencyStore(_RedisStore):
         self._release = client.register_script(lua.RELEASE)
         self._purge = client.register_script(lua.DEADLINE_PURGE)
 
-    def claim(self, key: str, fingerprint: str, *, now: float, lease: float) -> Claim:
-        expires_at = now + lease
+    def claim(
+        self, key: str, fingerprint: str, *, now: float, lease: float, take_stale: bool = True
+    ) -> Claim:
+        expires_at = claim_deadline(now=now, lease=lease)
         args = [fingerprint, repr(now), repr(lease), repr(expires_at)]
-        reply = self._claim(
-            keys=[self._key(key)], args=[*args, _ttl_ms(expires_at, now, self._grace)]
-        )
+        ttl_ms = _ttl_ms(expires_at, now, self._grace)
+        reply = self._claim(keys=[self._key(key)], args=[*args, ttl_ms, int(take_stale)])
         state = ClaimState(_text(reply[0]))
         if state is ClaimState.COMPLETED:
             return Claim(state=state, result=_text(reply[1]))
-        return {"claimed": CLAIMED, "in_flight": IN_FLIGHT, "conflict": CONFLICT}[state.value]
+        return _CLAIMS[state]
 
     def complete(self, key: str, fingerprint: str, result: str, *, now: float, ttl: float) -> None:
         expires_at = now + ttl
