@@ -20,7 +20,14 @@ __all__ = [
     "CounterStore",
     "IdempotencyStore",
     "PendingAction",
+    "StoreFull",
 ]
+
+
+class StoreFull(Exception):
+    """A store at its cap refused a new key. Stores never evict live entries to make room: taint
+    marks, limits, claims, results and pending approvals are security state, and another
+    session's traffic must not be able to push them out."""
 
 
 class ClaimState(StrEnum):
@@ -135,8 +142,16 @@ class ApprovalStore(Protocol):
 class CounterStore(Protocol):
     """Integer counters with expiry: steps, rate windows, loops, streaks, daily sums, session marks."""
 
+    def admits(self, key: str, *, now: float) -> bool:
+        """Whether ``key`` exists, or a new key fits below the store's admission limit.
+
+        The budget stage asks before a session's first counter: at the limit new sessions are
+        refused (SESSION_LIMIT) while the sessions already held keep room for their own state."""
+
     def incr(self, key: str, amount: int = 1, *, now: float, ttl: float) -> int:
-        """Add ``amount`` (creating the counter at 0) and return the new value; expiry is reset."""
+        """Add ``amount`` (creating the counter at 0) and return the new value; expiry is reset.
+
+        May raise ``StoreFull`` for a new key (memory store at its cap); never evicts another."""
 
     def get(self, key: str, *, now: float) -> int:
         """The current value; 0 if absent or expired."""

@@ -303,6 +303,10 @@ class SQLiteCounterStore(SQLiteStoreBase):
 
     _DDL = COUNTERS_DDL
 
+    def admits(self, key: str, *, now: float) -> bool:
+        """Always: the file has no cap and never evicts; a full disk fails the write (closed)."""
+        return True
+
     def incr(self, key: str, amount: int = 1, *, now: float, ttl: float) -> int:
         params = {"key": key, "amount": amount, "now": now, "expires_at": now + ttl}
         # fetchall, not fetchone: the statement must run to completion to release its lock.
