@@ -9,7 +9,7 @@ when every leaf is already a JSON type the dump pass is not needed at all.
 
 The rewrite is refused, and the model path kept, for anything whose meaning depends on having a
 model instance: model validators, custom ``__init__`` or ``model_post_init``, root models,
-computed fields, model or field serializers that take the instance. Tests check the two paths
+computed fields, model or field serializers that take the instance, ``from_attributes``. Tests check the two paths
 agree on accepted and refused outputs.
 """
 
@@ -97,6 +97,8 @@ def _as_dicts(node: Any) -> Any:
 def _typed_dict(model: dict[str, Any]) -> dict[str, Any]:
     if model.get("custom_init") or model.get("root_model") or model.get("post_init"):
         raise _Refused("custom init, post-init or a root model")
+    if (model.get("config") or {}).get("from_attributes"):
+        raise _Refused("from_attributes reads objects, which a typed dict does not")
     inner = model["schema"]
     if inner.get("type") != "model-fields" or inner.get("computed_fields"):
         raise _Refused("computed fields or wrapped fields")

@@ -81,6 +81,16 @@ class WithSerializer(_View):
         return f"#{value}"
 
 
+class Node(_View):
+    name: str
+    children: list[Node] = []
+
+
+class FromObjects(BaseModel):
+    model_config = ConfigDict(from_attributes=True, extra="ignore")
+    a: int
+
+
 class Forbidding(BaseModel):
     model_config = ConfigDict(extra="forbid")
     a: int
@@ -96,6 +106,8 @@ MODELS: list[type[BaseModel]] = [
     WithComputed,
     WithSerializer,
     Forbidding,
+    Node,
+    FromObjects,
 ]
 
 
@@ -186,6 +198,8 @@ class TestResultView:
             (WithModelValidator, False),
             (WithComputed, False),
             (WithSerializer, False),
+            (Node, True),
+            (FromObjects, False),
         ],
     )
     def test_models_that_need_instances_keep_the_model_path(
@@ -193,6 +207,28 @@ class TestResultView:
     ) -> None:
         """Model validators, computed fields and serializers of the instance are not rewritten."""
         assert ResultView(model).fast is fast
+
+    def test_recursive_models_are_filtered_at_every_level(self) -> None:
+        """A tree of self-referencing models drops undeclared fields all the way down."""
+        output = {
+            "name": "a",
+            "x": 1,
+            "children": [{"name": "b", "children": [{"name": "c", "y": 2}]}],
+        }
+        assert ResultView(Node)(output) == model_path(Node, output)
+        assert ResultView(Node)(output)["children"][0]["children"][0] == {
+            "name": "c",
+            "children": [],
+        }
+
+    def test_objects_are_read_by_attribute_where_the_model_says_so(self) -> None:
+        """from_attributes keeps the model path, so a handler may still return an object."""
+
+        class Row:
+            a = 3
+            secret = "s"
+
+        assert ResultView(FromObjects)(Row()) == {"a": 3}
 
     def test_the_view_is_a_copy(self) -> None:
         """Changing the handler's record afterwards does not change what the model was shown."""
