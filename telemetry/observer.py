@@ -22,7 +22,8 @@ from guard.observe import BaseObserver
 from guard.result import ToolResult
 from telemetry import attributes as attr
 from telemetry.masking import Masker
-from telemetry.spans import STATUS_ERROR, SpanRecord, build_call_spans
+from telemetry.records import STATUS_ERROR, SpanRecord
+from telemetry.spans import build_call_spans
 from telemetry.worker import BatchWorker
 
 __all__ = ["CallSink", "OTelObserver", "TracerSink", "tracer_for"]

@@ -50,7 +50,7 @@ from telemetry import attributes as attr
 from telemetry.masking import Masker, MaskMode
 from telemetry.metrics import MetricsSink
 from telemetry.observer import CallSink, OTelObserver, TracerSink
-from telemetry.spans import AttributeValue
+from telemetry.records import AttributeValue
 from telemetry.trail import SpanFileWriter, TrailSink
 
 __all__ = ["Telemetry", "configure"]

@@ -21,8 +21,8 @@ from guard.call import Call
 from guard.result import ToolResult
 from telemetry import attributes as attr
 from telemetry.masking import Masker
-from telemetry.otlpjson import encode_call, encode_spans
-from telemetry.spans import AttributeValue
+from telemetry.records import AttributeValue, encode_spans
+from telemetry.spans import encode_call
 from telemetry.worker import BatchWorker
 
 __all__ = ["SpanFileWriter", "TrailSink"]
