@@ -46,16 +46,14 @@ class MaskMode(StrEnum):
     """``[<kind>:h_<hex>]``: a keyed hash, equal values give equal hashes."""
 
 
+_DOUBLED = {str(d): (2 * d - 9 if 2 * d > 9 else 2 * d) for d in range(10)}
+
+
 def luhn_valid(digits: str) -> bool:
     """True when the digit string passes the Luhn checksum (card numbers)."""
-    total = 0
-    for index, char in enumerate(reversed(digits)):
-        value = ord(char) - 48
-        if index % 2:
-            value *= 2
-            if value > 9:
-                value -= 9
-        total += value
+    odd = digits[-1::-2]
+    even = digits[-2::-2]
+    total = sum(map(int, odd)) + sum(map(_DOUBLED.__getitem__, even))
     return total % 10 == 0
 
 
@@ -73,20 +71,33 @@ def _card_ok(match: str) -> bool:
     return False
 
 
+_IBAN_REGISTRY = (
+    "AD24 AE23 AL28 AT20 AZ28 BA20 BE16 BG22 BH22 BR29 BY28 CH21 CR22 CY28 CZ24 DE22 DK18 DO28 "
+    "EE20 EG29 ES24 FI18 FO18 FR27 GB22 GE22 GI23 GL18 GR27 GT28 HR21 HU28 IE22 IL23 IQ23 IS26 "
+    "IT27 JO30 KW30 KZ20 LB28 LC32 LI21 LT20 LU20 LV21 LY25 MC27 MD24 ME22 MK19 MR27 MT31 MU30 "
+    "NL18 NO15 PK24 PL28 PS29 PT25 QA29 RO24 RS22 SA24 SC31 SE24 SI19 SK24 SM27 ST25 SV28 TL23 "
+    "TN24 TR26 UA29 VA22 VG24 XK20"
+)
+_IBAN_LENGTHS = {_IBAN_REGISTRY[i : i + 2]: int(_IBAN_REGISTRY[i + 2 : i + 4]) for i in range(0, len(_IBAN_REGISTRY), 5)}
+"""IBAN length by country (ISO 13616 registry): a candidate is checked at exactly that length."""
+
+
 def _iban_number_ok(compact: str) -> bool:
-    if not 15 <= len(compact) <= 34:
-        return False
     rearranged = compact[4:] + compact[:4]
-    number = "".join(str(int(char, 36)) for char in rearranged)
-    return int(number) % 97 == 1
+    remainder = 0
+    for char in rearranged:
+        value = int(char, 36)
+        remainder = (remainder * (100 if value > 9 else 10) + value) % 97
+    return remainder == 1
 
 
 def _iban_ok(match: str) -> bool:
-    if _iban_number_ok(match.replace(" ", "")):
-        return True
-    # a spaced IBAN followed by more capitals ("... 0130 00 OK"): drop trailing groups
-    groups = match.split(" ")
-    return any(_iban_number_ok("".join(groups[:end])) for end in range(len(groups) - 1, 1, -1))
+    """The mod-97 check at the country's length, so text glued after the IBAN does not hide it."""
+    length = _IBAN_LENGTHS.get(match[:2])
+    compact = match.replace(" ", "")
+    if length is None:  # a country not in the table: the whole candidate
+        return 15 <= len(compact) <= 34 and _iban_number_ok(compact)
+    return len(compact) >= length and _iban_number_ok(compact[:length])
 
 
 def _phone_ok(match: str) -> bool:
@@ -217,7 +228,9 @@ def detect_injection(texts: Iterable[str], rules: Iterable[InjectionRule] = INJE
     return None
 
 
-_HARD_CAP = 65_536
+SCAN_LIMIT = 4096
+"""Characters of one value the detectors scan (more when the length cap is larger): the rest is
+replaced by its length and keyed hash, so the cost of masking is bounded on any input."""
 _SCAN_MARGIN = 256
 """Characters scanned past the length cap: masking can shorten text, so a little more is shown."""
 _BOUNDARY = re.compile(r"[\s,;]")
@@ -294,6 +307,7 @@ class Masker:
         )
         self._principals: dict[str, str] = {}
         self._identifiers: dict[str, str] = {}
+        self._scan_limit = max(SCAN_LIMIT, max_length + _SCAN_MARGIN)
 
     # hashing
 
@@ -336,8 +350,10 @@ class Masker:
 
     def mask_text(self, text: str) -> str:
         """``text`` with every detected value replaced; unbounded input is cut before scanning."""
-        if len(text) > _HARD_CAP:
-            return f"[omitted: {len(text)} chars]"
+        if len(text) > self._scan_limit:
+            boundary = _last_boundary(text[: self._scan_limit])
+            rest = text[boundary:]
+            text = text[:boundary] + f"…[+{len(rest)} chars h_{self.keyed_hash(rest)}]"
         if not _CANDIDATE.search(text):
             return text
         for pattern, replace in self._substitutions:
@@ -405,7 +421,7 @@ class Masker:
         if isinstance(value, Mapping):
             masked: dict[str, Any] = {}
             for key, item in value.items():
-                name = self.mask_text(str(key)[: _HARD_CAP])
+                name = self.mask_text(str(key))
                 budget[0] -= len(name) + 4
                 if key in sensitive:
                     masked[name] = self._sensitive(item)
