@@ -21,7 +21,7 @@ import json
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from json.encoder import encode_basestring
 from typing import Any, TypeAlias
 
@@ -37,11 +37,13 @@ __all__ = [
     "LinkRecord",
     "ResourceGroup",
     "ScopeGroup",
+    "Shape",
     "SpanRecord",
     "encodable",
     "encodable_attributes",
     "encode_attributes",
     "encode_request",
+    "encode_shaped",
     "encode_span",
     "encode_spans",
     "new_ids",
@@ -97,10 +99,10 @@ class SpanRecord:
     kind: int = KIND_INTERNAL
     status_code: int = STATUS_UNSET
     status_message: str = ""
-    events: list[EventRecord] = field(default_factory=list)
+    events: Sequence[EventRecord] = ()
     trace_state: str = ""
     flags: int = 0
-    links: list[LinkRecord] = field(default_factory=list)
+    links: Sequence[LinkRecord] = ()
     dropped_attributes_count: int = 0
     dropped_events_count: int = 0
     dropped_links_count: int = 0
@@ -183,8 +185,10 @@ def new_ids(stages: int) -> tuple[str, list[str]]:
 
 # stage spans: few distinct shapes, built once each
 
-_Shape: TypeAlias = tuple[str, tuple[tuple[str, AttributeValue], ...], int, str]
-_shapes: dict[tuple[str, str, str | None, bool | None], _Shape] = {}
+Shape: TypeAlias = tuple[str, tuple[tuple[str, AttributeValue], ...], int, str]
+"""A stage span's name, shared attribute tuple, status code and status message."""
+_Shape = Shape
+_shapes: dict[tuple[str, str, str | None, bool | None], Shape] = {}
 
 
 def stage_shape(name: str, outcome: str, code: str | None, fixable: bool | None = None) -> _Shape:
@@ -214,6 +218,14 @@ def stage_shape(name: str, outcome: str, code: str | None, fixable: bool | None 
         )
         if len(_shapes) < 4096:
             _shapes[key] = shape
+            name_, attributes_, status_code, status_message = shape
+            record = SpanRecord(
+                trace_id="", span_id="", parent_span_id="", name=name_, start_ns=0, end_ns=0,
+                attributes=attributes_, status_code=status_code, status_message=status_message,
+            )  # fmt: skip
+            _shape_text[id(attributes_)] = (
+                attributes_, name_, status_code, status_message, _parts(record)
+            )
     return shape
 
 
@@ -338,7 +350,9 @@ def encode_attributes(attributes: Sequence[tuple[str, AttributeValue]]) -> str:
     return encoded
 
 
-_tails: dict[tuple[str, tuple[tuple[str, Any], ...], str, int, int], tuple[str, str]] = {}
+_shape_text: dict[int, tuple[tuple[tuple[str, Any], ...], str, int, str, tuple[str, str]]] = {}
+"""id of a stage shape's attribute tuple -> (the tuple, name, status, its text around ids and
+times). The entry holds the tuple, so the id cannot be reused while it is cached."""
 
 
 def _parts(span: SpanRecord) -> tuple[str, str]:
@@ -401,29 +415,52 @@ def encode_span(span: SpanRecord) -> str:
     around their ids and times.
     """
     attributes = span.attributes
-    if attributes.__class__ is tuple and not (
-        span.events or span.links or span.trace_state or span.flags or span.dropped_attributes_count
-        or span.dropped_events_count or span.dropped_links_count
+    shared = _shape_text.get(id(attributes))
+    if (
+        shared is not None
+        and shared[0] is attributes
+        and shared[1] == span.name
+        and shared[2] == span.status_code
+        and shared[3] == span.status_message
+        and span.kind == KIND_INTERNAL
+        and not (
+            span.events or span.links or span.trace_state or span.flags
+            or span.dropped_attributes_count or span.dropped_events_count or span.dropped_links_count
+        )
     ):  # fmt: skip
-        key = (span.name, attributes, span.status_message, span.status_code, span.kind)
-        try:
-            parts = _tails.get(key)
-        except TypeError:  # a list value: not hashable, not shared
-            parts = _parts(span)
-        else:
-            if parts is None:
-                parts = _parts(span)
-                if len(_tails) < _CACHE_LIMIT:
-                    _tails[key] = parts
+        parts = shared[4]
     else:
         parts = _parts(span)
+    return _assemble(span.trace_id, span.span_id, span.parent_span_id, parts, span.start_ns, span.end_ns)
+
+
+def _assemble(
+    trace_id: str, span_id: str, parent: str, parts: tuple[str, str], start_ns: int, end_ns: int
+) -> str:
     before, after = parts
-    parent = span.parent_span_id
     return (
-        '{"traceId":"' + span.trace_id + '","spanId":"' + span.span_id
+        '{"traceId":"' + trace_id + '","spanId":"' + span_id
         + ('","parentSpanId":"' + parent if parent else "")
-        + before + str(span.start_ns) + '","endTimeUnixNano":"' + str(span.end_ns) + after
+        + before + str(start_ns) + '","endTimeUnixNano":"' + str(end_ns) + after
     )  # fmt: skip
+
+
+def encode_shaped(
+    trace_id: str, span_id: str, parent_span_id: str, shape: _Shape, start_ns: int, end_ns: int
+) -> str:
+    """``encode_span`` of the stage span with that shape (``stage_shape``), without the record:
+    the same text, from the shape's cached text (a test holds the two equal)."""
+    entry = _shape_text.get(id(shape[1]))
+    if entry is None or entry[0] is not shape[1]:
+        name, attributes, status_code, status_message = shape
+        return encode_span(
+            SpanRecord(
+                trace_id=trace_id, span_id=span_id, parent_span_id=parent_span_id, name=name,
+                start_ns=start_ns, end_ns=end_ns, attributes=attributes, status_code=status_code,
+                status_message=status_message,
+            )
+        )  # fmt: skip
+    return _assemble(trace_id, span_id, parent_span_id, entry[4], start_ns, end_ns)
 
 
 def encode_request(resources: Iterable[ResourceGroup]) -> str:
