@@ -4,7 +4,7 @@ One call becomes one parent span (``execute_tool {tool}``) and one child span pe
 (``guard.<stage>``), retries as events on the execute stage span. Every value that could carry data
 passes through the ``Masker`` here, before it becomes an attribute, and every string is made
 encodable (``telemetry.records.encodable``). All exporters (the OTLP JSON trail, spans through an
-OpenTelemetry tracer) are fed from these records, through one encoder (``telemetry.records``).
+OpenTelemetry tracer) are fed from these records, through one encoder (``telemetry.encoder``).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from guard.call import Call
 from guard.codes import Code
 from guard.result import ToolResult
 from telemetry import attributes as attr
+from telemetry.encoder import encode_shaped, encode_span
 from telemetry.masking import Masker, detect_injection
 from telemetry.records import (
     STATUS_ERROR,
@@ -27,8 +28,6 @@ from telemetry.records import (
     _shapes,
     encodable,
     encodable_attributes,
-    encode_shaped,
-    encode_span,
     new_ids,
     stage_shape,
 )

@@ -24,8 +24,9 @@ from guard.call import Call
 from guard.result import ToolResult
 from telemetry import attributes as attr
 from telemetry.chain import Chain
+from telemetry.encoder import encode_spans
 from telemetry.masking import Masker
-from telemetry.records import AttributeValue, encodable, encode_spans
+from telemetry.records import AttributeValue, encodable
 from telemetry.spans import encode_call
 from telemetry.worker import BatchWorker
 

@@ -168,7 +168,7 @@ class TestOneEncoder:
         shop path (retries included): the stage spans' cached text is the records' encoding."""
         from guard.testing import ManualClock, RecordingObserver
         from telemetry import build_call_spans, encode_call
-        from telemetry.records import encode_span
+        from telemetry.encoder import encode_span
 
         from .shop_paths import build_guard, drive
 
