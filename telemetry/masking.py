@@ -262,7 +262,8 @@ def _decode_escapes(text: str) -> str:
         return _SIMPLE_ESCAPES.get(char, char)
 
     decoded = _ESCAPE.sub(decode, text)
-    return decoded.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    # pairs joined; a lone surrogate stays, for the span to make encodable and say so
+    return decoded.encode("utf-16", "surrogatepass").decode("utf-16", "surrogatepass")
 
 
 _sensitive_patterns: dict[frozenset[str], re.Pattern[str]] = {}

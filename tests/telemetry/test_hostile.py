@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from analytics.load import connect, load
@@ -42,6 +42,7 @@ class TestUnencodableText:
 
     @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
     @given(where=st.sampled_from(["tool", "argument", "key", "call_id", "session", "raw", "message"]), bad=BAD_TEXT)
+    @example(where="raw", bad="\ud800\\")  # a lone surrogate next to an escape in invalid JSON
     def test_a_bad_call_costs_no_other_call(self, tmp_path_factory: pytest.TempPathFactory, where: str, bad: str) -> None:
         """In one batch with good calls from other sessions, every call's spans are written."""
         directory = tmp_path_factory.mktemp("bad")
