@@ -317,7 +317,7 @@ def export_otel_traces(
                  ELSE {statuses}[status_code + 1] END AS StatusCode,
             coalesce(status_message, '') AS StatusMessage,
             list_transform(coalesce(events, []),
-                           lambda e: make_timestamp_ns(e.timeUnixNano::BIGINT)) AS "Events.Timestamp",
+                           lambda e: make_timestamp_ns(TRY_CAST(e.timeUnixNano AS BIGINT))) AS "Events.Timestamp",
             list_transform(coalesce(events, []), lambda e: e.name) AS "Events.Name",
             list_transform(coalesce(events, []), lambda e: map_from_entries(list_transform(
                 e.attributes, lambda a: {{'k': a.key, 'v': {_TEXT}}}))) AS "Events.Attributes"

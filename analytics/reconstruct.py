@@ -36,7 +36,8 @@ class Event:
     """A span event, e.g. a retry of the handler (``guard.retry``)."""
 
     name: str
-    time: datetime
+    time: datetime | None
+    """None when the event's time was not a 64-bit number of nanoseconds."""
     attributes: dict[str, AttributeValue]
 
 
@@ -107,7 +108,12 @@ _SUMMARY_COLUMNS = [f.name for f in fields(CallSummary)]
 def _value(value: dict[str, Any] | None) -> AttributeValue:
     if value is None:
         return None
-    for key in ("stringValue", "intValue", "boolValue", "doubleValue", "bytesValue"):
+    if value.get("intValue") is not None:  # stored as text (OTLP JSON sends int64 as a string)
+        try:
+            return int(value["intValue"])
+        except ValueError:
+            return str(value["intValue"])
+    for key in ("stringValue", "boolValue", "doubleValue", "bytesValue"):
         if value.get(key) is not None:
             result: AttributeValue = value[key]
             return result
@@ -183,11 +189,15 @@ def _span_rows(backend: Backend, trace_id: str) -> list[dict[str, Any]]:
     )
 
 
+def _from_ns(ns: int | None) -> datetime | None:
+    return None if ns is None else datetime.fromtimestamp(ns / 1e9, UTC).replace(tzinfo=None)
+
+
 def _node(row: dict[str, Any], children: dict[str | None, list[dict[str, Any]]]) -> SpanNode:
     events = tuple(
         Event(
             name=e["name"],
-            time=datetime.fromtimestamp(e["timeUnixNano"] / 1e9, UTC).replace(tzinfo=None),
+            time=_from_ns(e["timeUnixNano"]),
             attributes=_attributes(e["attributes"]),
         )
         for e in row["events"] or ()

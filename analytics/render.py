@@ -123,7 +123,7 @@ def _add(tree: Tree, node: SpanNode) -> None:
     branch = tree.add(_node_label(node))
     for event in node.events:
         attrs = ", ".join(f"{k}={v}" for k, v in event.attributes.items())
-        branch.add(f"event {event.name} at {event.time.isoformat()} {attrs}")
+        branch.add(f"event {event.name} at {_cell(event.time)} {attrs}")
     if node.name.startswith("execute_tool "):
         for key in ("guard.arguments", "gen_ai.tool.call.arguments"):
             if key in node.attributes:
