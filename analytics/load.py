@@ -40,6 +40,7 @@ from .spanfiles import (
     discover_files,
     fingerprint,
     line_problem,
+    literal_path,
     open_span_file,
     sniff,
 )
@@ -68,6 +69,9 @@ class FileReport:
     """Lines and spans skipped and recorded in ``load_errors``."""
     bytes: int
     """Uncompressed bytes read this time."""
+    truncated: bool = False
+    """A gzip file whose data stops mid-stream (cut, or still being written): its whole lines
+    were loaded, the rest waits (a file that grows later is resumed from there)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -86,6 +90,11 @@ class LoadReport:
     def errors(self) -> int:
         """Lines skipped, all files."""
         return sum(f.errors for f in self.files)
+
+    @property
+    def truncated(self) -> tuple[str, ...]:
+        """The files whose gzip data was cut."""
+        return tuple(f.path for f in self.files if f.truncated)
 
     @property
     def bytes(self) -> int:
@@ -242,8 +251,7 @@ def _insert_tolerant(
     now = _now()
     lines = 0
     longest = 0
-    with open_span_file(path, compressed) as stream, good.open("wb") as out:
-        stream.seek(state.offset)
+    with open_span_file(path, compressed, state.offset) as stream, good.open("wb") as out:
         position = state.offset
         for line in stream:
             if position >= end:
@@ -271,14 +279,17 @@ def _load_file(
 ) -> FileReport:
     file_key = fingerprint(first_line)
     state = _state(con, file_key)
-    size, end = complete_end(path, compressed, state.offset)
+    region = complete_end(path, compressed, state.offset)
+    end = region.end
     if end <= state.offset:
-        return FileReport(path=str(path), spans=0, errors=0, bytes=0)
+        return FileReport(path=str(path), spans=0, errors=0, bytes=0, truncated=region.truncated)
     with tempfile.TemporaryDirectory(prefix="callgate-load-") as tmp:
         workdir = Path(tmp)
-        direct = state.offset == 0 and end == size
-        source = path if direct else workdir / "region.jsonl"
-        if not direct:
+        direct = state.offset == 0 and end == region.size and not region.truncated
+        if direct:
+            source = literal_path(path, workdir)
+        else:
+            source = workdir / "region.jsonl"
             copy_region(path, compressed, state.offset, end, source)
         con.execute("BEGIN TRANSACTION")
         try:
@@ -300,7 +311,13 @@ def _load_file(
         except BaseException:
             con.execute("ROLLBACK")
             raise
-    return FileReport(path=str(path), spans=spans, errors=errors, bytes=end - state.offset)
+    return FileReport(
+        path=str(path),
+        spans=spans,
+        errors=errors,
+        bytes=end - state.offset,
+        truncated=region.truncated,
+    )
 
 
 def _save_state(

@@ -42,6 +42,7 @@ def echo_json(data: Any) -> None:
 
 
 def print_load(report: LoadReport, as_json: bool) -> None:
+    """What a load did: per file, then the totals; truncated gzip files are named."""
     if as_json:
         echo_json(
             {
@@ -49,17 +50,25 @@ def print_load(report: LoadReport, as_json: bool) -> None:
                 "errors": report.errors,
                 "bytes": report.bytes,
                 "seconds": round(report.seconds, 3),
+                "truncated": report.truncated,
                 "files": report.files,
             }
         )
         return
     for f in report.files:
-        click.echo(f"{f.path}: {f.spans} spans, {f.errors} bad lines, {f.bytes} bytes")
+        cut = "; truncated gzip: its whole lines were loaded" if f.truncated else ""
+        click.echo(f"{f.path}: {f.spans} spans, {f.errors} bad lines or spans, {f.bytes} bytes{cut}")
     rate = report.spans / report.seconds if report.seconds else 0.0
     click.echo(
         f"loaded {report.spans} spans from {len(report.files)} file(s) in {report.seconds:.2f}s"
-        f" ({rate:,.0f} spans/s); {report.errors} bad line(s) in load_errors"
+        f" ({rate:,.0f} spans/s); {report.errors} bad line(s) or span(s) in load_errors"
     )
+    for path in report.truncated:
+        click.echo(
+            f"warning: {path} is a truncated gzip file (cut, or still being written): "
+            "the lines after the cut were not loaded",
+            err=True,
+        )
 
 
 def _cell(value: Any) -> str:
