@@ -25,7 +25,7 @@ import duckdb
 from telemetry import attributes as A
 
 from .dialect import Dialect
-from .schema import COLUMNS, Column
+from .schema import _CALL_COLUMNS, COLUMNS, Column
 
 __all__ = [
     "CLICKHOUSE",
@@ -122,7 +122,7 @@ _SPANS = (
 """One row per span with DuckDB's ``spans`` column names: the contract attributes typed out of the
 string map, the rest (attributes the contract does not have) as a text list."""
 
-_CALL_NAMES = ", ".join(c.name for c in COLUMNS if c.call_only)
+_CALL_NAMES = ", ".join(c.name for c in _CALL_COLUMNS)
 
 _CALLS = (
     "(SELECT trace_id, span_id, service, start_time, duration_ms, duration_ns, status_code, "
