@@ -179,6 +179,7 @@ CLICKHOUSE = Dialect(
     stages=_STAGES,
     spans=_SPANS,
     latency_rollup=None,
+    latency_rollup_all=None,
     param=lambda name, kind: "{" + f"{name}:{_PARAM_TYPES[kind]}" + "}",
     bucket=lambda expr, seconds: (
         f"fromUnixTimestamp64Micro(intDiv(toUnixTimestamp64Micro({expr}), {seconds * 1_000_000})"
