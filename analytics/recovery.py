@@ -396,7 +396,12 @@ def stuck_sessions_query(filters: Filters, d: Dialect = DUCKDB, *, limit: int = 
     """Sessions with loop guards or replays, worst first: the most loop guards and replays
     together (each one a call the model repeated), then the most loop guards, then the most calls."""
     codes = ", ".join(f"'{c}'" for c in LOOP_GUARD_CODES)
+    hit = f"(code IN ({codes}) OR replayed)"
     where, params = where_clause(filters, d)
+    # Only sessions with a hit are grouped (most sessions have none): found first, in one pass.
+    affected, _ = where_clause(filters, d, extra=[hit])
+    session_filter = f"session IN (SELECT session FROM {d.calls} {affected})"
+    where = f"{where} AND {session_filter}" if where else f"WHERE {session_filter}"
     params["limit"] = limit
     return (
         f"""
