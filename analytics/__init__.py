@@ -51,19 +51,23 @@ from .metrics import (
 )
 from .parquet import ParquetExport, export_parquet
 from .reconstruct import (
+    AmbiguousIdError,
     CallSummary,
     Event,
     SpanNode,
     TraceView,
     calls_by_call_id,
     calls_with_code,
+    resolve_id,
     session_calls,
+    tainting_call,
     to_jsonable,
     trace,
 )
 
 __all__ = [
     "DEFAULT_DB",
+    "AmbiguousIdError",
     "Backend",
     "CallCount",
     "CallSummary",
@@ -110,9 +114,11 @@ __all__ = [
     "rejection_rate",
     "replays",
     "report_command",
+    "resolve_id",
     "session_calls",
     "stage_latency",
     "stuck_sessions",
+    "tainting_call",
     "to_jsonable",
     "trace",
     "trace_command",
