@@ -29,7 +29,7 @@ from pathlib import Path
 
 import duckdb
 
-from .database import connect
+from .database import DatabaseBusyError, connect
 from .derive import derive
 from .otlp import parse_sql
 from .spanfiles import (
@@ -392,10 +392,15 @@ def follow(
     """Keep loading ``paths`` into ``database`` every ``interval`` seconds until ``should_stop()``.
 
     Each round opens the database, loads what is new (rotations included), and closes it again,
-    so the file is free for readers between rounds: a reader waits at most one round.
+    so the file is free for readers between rounds: a reader waits at most one round. A round
+    that finds the file busy (a reader held it for the whole wait) is skipped, not fatal.
     """
     while not should_stop():
-        con = connect(database)
+        try:
+            con = connect(database)
+        except DatabaseBusyError:
+            time.sleep(interval)
+            continue
         try:
             report = load(con, paths)
         finally:
