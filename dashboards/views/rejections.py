@@ -7,7 +7,7 @@ from typing import Any
 import altair as alt
 import streamlit as st
 
-from .. import charts, data, fmt
+from .. import charts, data, fmt, safe
 from .base import Page, PageContext, trace_link
 
 __all__ = ["PAGE"]
@@ -100,20 +100,27 @@ def _on_heatmap_select() -> None:
     state: Any = st.session_state.get("rejections_heatmap")
     points = (state or {}).get("selection", {}).get("cell") or []
     if points:
-        st.session_state[_CELL_KEY] = f"{points[0]['tool']} · {points[0]['code']}"
+        st.session_state[_CELL_KEY] = (str(points[0]["tool"]), str(points[0]["code"]))
 
 
 def _drill_down(ctx: PageContext, found: data.RejectionsData) -> None:
     st.subheader("Drill-down")
-    labels = [f"{r.tool} · {r.code}" for r in sorted(found.cells, key=lambda r: -r.rejected)]
-    if st.session_state.get(_CELL_KEY) not in labels:
-        st.session_state[_CELL_KEY] = labels[0]
-    label = st.selectbox("Tool and code (or click a heatmap cell)", labels, key=_CELL_KEY)
-    tool, code = str(label).split(" · ", 1)
-    cell = next(r for r in found.cells if r.tool == tool and r.code == code)
+    # (tool, code) pairs, not "tool · code" strings: a tool may be named "evil · tool".
+    by_pair = {(str(r.tool), str(r.code)): r for r in found.cells}
+    pairs = sorted(by_pair, key=lambda p: -by_pair[p].rejected)
+    if st.session_state.get(_CELL_KEY) not in by_pair:
+        st.session_state[_CELL_KEY] = pairs[0]
+    picked = st.selectbox(
+        "Tool and code (or click a heatmap cell)",
+        pairs,
+        format_func=lambda p: f"{p[0]} · {p[1]}",
+        key=_CELL_KEY,
+    )
+    tool, code = picked if picked is not None else pairs[0]
+    cell = by_pair[tool, code]
     st.markdown(
-        f"**{fmt.count(cell.rejected)}** of {fmt.count(cell.calls)} `{tool}` calls ended "
-        f"`{code}` ({fmt.rate(cell.rate)})."
+        f"**{fmt.count(cell.rejected)}** of {fmt.count(cell.calls)} calls of "
+        f"**{safe.text(tool)}** ended **{safe.text(code)}** ({fmt.rate(cell.rate)})."
     )
     trend = [
         {"bucket": c.bucket, "calls": c.calls, "code": code}

@@ -7,13 +7,14 @@ link from another page, a chat message or an incident ticket opens the same view
 from __future__ import annotations
 
 import json
+import shlex
 from typing import Any
 
 import streamlit as st
 
 from analytics import reconstruct
 
-from .. import charts, data, fmt
+from .. import charts, data, fmt, safe
 from .base import Page, PageContext, trace_link
 
 __all__ = ["PAGE"]
@@ -35,13 +36,13 @@ def render(ctx: PageContext) -> None:
         return
     found = data.lookup(ctx.source, query)
     if found.trace is None and not found.calls:
-        st.warning(f"Nothing found for `{query}`.")
+        st.warning(f"Nothing found for {safe.text(query)}")
         return
     _keep_in_url(found.matched, query)
     if found.trace is not None:
         _trace(ctx, found.trace)
         return
-    st.markdown(f"**{len(found.calls)}** call(s) in {found.matched} `{query}`")
+    st.markdown(f"**{len(found.calls)}** call(s) in {found.matched} {safe.text(query)}")
     _call_table(found.calls)
     labels = {_label(c): c.trace_id for c in found.calls}
     picked = st.selectbox("Open a call", list(labels), key="trace_pick")
@@ -86,7 +87,7 @@ def _call_table(calls: tuple[reconstruct.CallSummary, ...]) -> None:
 
 
 def _trace(ctx: PageContext, view: reconstruct.TraceView) -> None:
-    st.subheader(f"Trace {view.trace_id}")
+    st.subheader(f"Trace {safe.text(view.trace_id)}")
     call = view.calls[0] if view.calls else None
     if call is not None:
         facts = {
@@ -100,16 +101,16 @@ def _trace(ctx: PageContext, view: reconstruct.TraceView) -> None:
             "attempts": call.attempts,
             "outcome": call.outcome,
         }
-        st.markdown(" · ".join(f"**{k}** `{v}`" for k, v in facts.items()))
+        st.markdown(" · ".join(f"**{k}** {safe.text(_shown(v))}" for k, v in facts.items()))
     rows = _waterfall_rows(view)
     st.altair_chart(charts.waterfall(rows), width="stretch")
     # A static table (not a canvas grid): a handful of rows that people copy into tickets.
     st.table(
         [
             {
-                "span": r["span"],
-                "outcome": r["outcome"],
-                "code": r["code"],
+                "span": safe.text(r["span"]),
+                "outcome": safe.text(r["outcome"]),
+                "code": safe.text(r["code"]),
                 "start (ms)": f"{r['start_ms']:.3f}",
                 "duration (ms)": f"{r['duration_ms']:.3f}",
             }
@@ -164,6 +165,10 @@ def _waterfall_rows(view: reconstruct.TraceView) -> list[dict[str, Any]]:
     return rows
 
 
+def _shown(value: object) -> str:
+    return fmt.NO_RATE if value is None or value == "" else str(value)
+
+
 def _pretty(arguments: str) -> str:
     try:
         return json.dumps(json.loads(arguments), indent=2, ensure_ascii=False)
@@ -172,9 +177,9 @@ def _pretty(arguments: str) -> str:
 
 
 def _reproduce(ctx: PageContext, view: reconstruct.TraceView) -> None:
-    st.markdown(f"[Link to this view]({trace_link(trace=view.trace_id)})")
-    source = f"--db {ctx.settings.db}" if ctx.settings.db else "--clickhouse URL"
-    st.code(f"callgate trace {view.trace_id} {source}", language="bash")
+    st.markdown(f"[Link to this view](<{trace_link(trace=view.trace_id)}>)")
+    source = f"--db {shlex.quote(ctx.settings.db)}" if ctx.settings.db else "--clickhouse URL"
+    st.code(f"callgate trace {shlex.quote(view.trace_id)} {source}", language="bash")
     with st.expander("As `callgate trace --json` prints it"):
         st.json(reconstruct.to_jsonable(view), expanded=False)
 

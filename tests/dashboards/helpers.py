@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+
+from streamlit.testing.v1 import AppTest
 
 from analytics import metrics
 from analytics.metrics import Filters
@@ -73,3 +76,17 @@ def assert_same(page: Expected, expected: Expected) -> None:
         assert (got is None) == (want is None)
         if got is not None and want is not None:
             assert abs(got - want) <= 0.0005 + 1e-12
+
+
+_ESCAPE = re.compile(r"\\([!-/:-@\[-`{-~])")
+
+
+def unescape(markdown: str) -> str:
+    """The text that Markdown escaped with :func:`dashboards.safe.text` renders to."""
+    return _ESCAPE.sub(r"\1", markdown)
+
+
+def table_text(at: AppTest, index: int = 0) -> dict[str, list[str]]:
+    """The ``index``-th ``st.table`` as the reader sees it: column -> cell texts."""
+    frame = at.table[index].value
+    return {str(c): [unescape(str(v)) for v in frame[c]] for c in frame.columns}

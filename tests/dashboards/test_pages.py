@@ -14,7 +14,14 @@ from analytics.metrics import Filters
 from dashboards import fmt
 from dashboards.views import PAGES
 
-from .helpers import assert_same, expected_overview, parse_count, parse_rate, shown
+from .helpers import (
+    assert_same,
+    expected_overview,
+    parse_count,
+    parse_rate,
+    shown,
+    table_text,
+)
 
 ALL = Filters()
 
@@ -123,7 +130,7 @@ class TestRejections:
         """The drill-down opens on the cell with most rejections and states its numbers."""
         open_page(app, "rejections")
         worst = max(metrics.rejection_rate(con, by="tool_code"), key=lambda r: r.rejected)
-        assert app.selectbox(key="rejections_cell").value == f"{worst.tool} · {worst.code}"
+        assert app.selectbox(key="rejections_cell").value == (worst.tool, worst.code)
         text = " ".join(m.value for m in app.markdown)
         assert f"**{fmt.count(worst.rejected)}** of {fmt.count(worst.calls)}" in text
 
@@ -132,7 +139,7 @@ class TestRejections:
     ) -> None:
         """The cell's example traces are calls of that tool with that code, linked to the explorer."""
         open_page(app, "rejections")
-        app.selectbox(key="rejections_cell").set_value("get_order · NOT_FOUND").run()
+        app.selectbox(key="rejections_cell").set_value(("get_order", "NOT_FOUND")).run()
         links = [r["trace"] for r in records(app, 3)]
         assert links
         for link in links:
@@ -225,7 +232,7 @@ class TestTraceExplorer:
         app.query_params["trace"] = summary.trace_id
         app.run()
         assert not app.exception
-        table = app.table[0].value
+        table = table_text(app)
         root = view.roots[0]
         assert list(table["span"]) == [root.name, *(c.stage for c in root.children)]
         assert list(table["code"])[-1] == (root.children[-1].code or "")
@@ -243,7 +250,7 @@ class TestTraceExplorer:
         assert [r["trace"] for r in records(app, 0)] == [
             f"?page=trace&trace={c.trace_id}" for c in calls
         ]
-        assert app.table[0].value["span"].iloc[0] == f"execute_tool {calls[0].tool}"
+        assert table_text(app)["span"][0] == f"execute_tool {calls[0].tool}"
         assert app.query_params["session"] == session
 
     def test_search_by_call_id(self, app: AppTest, con: duckdb.DuckDBPyConnection) -> None:
