@@ -12,7 +12,7 @@ from typing import Any
 
 import altair as alt
 
-__all__ = ["bars", "heatmap", "lines", "stacked_bars", "waterfall"]
+__all__ = ["bars", "color_cap", "heatmap", "lines", "stacked_bars", "waterfall"]
 
 Row = Mapping[str, Any]
 
@@ -121,31 +121,69 @@ def bars(
     return (bar + text).properties(height=alt.Step(30))
 
 
-def heatmap(rows: Sequence[Row], *, selection: Any = None) -> Any:
-    """Tool (rows) by code (columns): colour is the rate, the label the count of calls."""
+def color_cap(rates: Sequence[float | None], *, quantile: float = 0.9) -> float:
+    """Where the heatmap's colour scale saturates: the ``quantile`` of the rates, at least 1%.
+
+    One cell at 100% (a tool that only ever fails) would otherwise leave every other cell pale.
+    """
+    values = sorted(r for r in rates if r is not None and r > 0)
+    if not values:
+        return 1.0
+    return max(0.01, values[min(len(values) - 1, int(quantile * (len(values) - 1) + 0.5))])
+
+
+def heatmap(
+    rows: Sequence[Row],
+    *,
+    selection: Any = None,
+    codes: Sequence[str] = (),
+    cap: float = 1.0,
+) -> Any:
+    """Tool (rows) by code (columns, in ``codes`` order): colour is the rate, the label the count.
+
+    Rows whose ``gate`` is true (human gates: approvals asked on purpose) are drawn in one calm
+    colour outside the rate scale, so they neither swamp it nor read as failures. The rate scale
+    saturates at ``cap`` (:func:`color_cap`); the tooltip gives the exact rate.
+    """
     base = alt.Chart(_data(rows)).encode(
         x=alt.X(
-            "code:N", title=None, axis=alt.Axis(labelAngle=-45, labelLimit=260, labelOverlap=False)
+            "code:N",
+            title="code (in the order the pipeline checks them)",
+            sort=list(codes) or alt.Undefined,
+            axis=alt.Axis(labelAngle=-40, labelLimit=260, labelOverlap=False, orient="top"),
         ),
-        y=alt.Y("tool:N", title=None, axis=alt.Axis(labelLimit=220)),
-    )
-    cells = base.mark_rect().encode(
-        color=alt.Color("rate:Q", title="rate", scale=alt.Scale(scheme="orangered")),
+        y=alt.Y("tool:N", title=None, axis=alt.Axis(labelLimit=260)),
         tooltip=[
             "tool:N",
             "code:N",
+            alt.Tooltip("kind:N", title="kind"),
             alt.Tooltip("rejected:Q", title="calls with code", format=","),
             alt.Tooltip("calls:Q", title="calls of tool", format=","),
             alt.Tooltip("rate:Q", format=".1%"),
         ],
     )
+    errors = (
+        base.transform_filter("!datum.gate")
+        .mark_rect()
+        .encode(
+            color=alt.Color(
+                "rate:Q",
+                title=f"rate (≥ {cap:.0%} darkest)" if cap < 1 else "rate",
+                scale=alt.Scale(scheme="orangered", domain=[0, cap], clamp=True),
+                legend=alt.Legend(format=".0%", orient="bottom", gradientLength=240),
+            ),
+        )
+    )
     if selection is not None:
-        cells = cells.add_params(selection)
+        errors = errors.add_params(selection)
+    gated = base.transform_filter("datum.gate").mark_rect(color="#c9daf0")
     labels = base.mark_text(fontSize=12).encode(
         text=alt.Text("rejected:Q", format=","),
-        color=alt.condition("datum.rate > 0.12", alt.value("white"), alt.value("black")),
+        color=alt.condition(
+            f"!datum.gate && datum.rate > {0.55 * cap}", alt.value("white"), alt.value("black")
+        ),
     )
-    return (cells + labels).properties(height=alt.Step(40))
+    return (errors + gated + labels).properties(height=alt.Step(40))
 
 
 def waterfall(rows: Sequence[Row]) -> Any:

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TypeVar
 
-from analytics import metrics, reconstruct
+from analytics import gates, metrics, reconstruct
+from analytics.gates import CodeKind, GateRates, PendingApprovals
 from analytics.metrics import (
     CallCount,
     ConfirmationFunnel,
@@ -37,6 +38,7 @@ __all__ = [
     "Headline",
     "LatencyData",
     "LoopsData",
+    "OverviewData",
     "RecoveryData",
     "RejectionsData",
     "TraceLookup",
@@ -48,6 +50,7 @@ __all__ = [
     "latency",
     "lookup",
     "loops",
+    "overview",
     "recovery",
     "rejections",
     "trend",
@@ -67,24 +70,32 @@ def filter_options(source: Source) -> FilterOptions:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Headline:
-    """The Overview's numbers over the filtered calls."""
+    """The Overview's numbers over the filtered calls (or one bucket of them)."""
 
     calls: int
-    rejected: int
-    """Calls that did not end OK (the rejection rate's numerator)."""
+    gates: GateRates
+    """The calls that did not run, by kind: model errors, policy refusals, human gates, upstream
+    failures (:mod:`analytics.gates`); they add up to the rejection rate's numerator."""
     fixable_rejected: int
     """Calls rejected with a code the model can fix (the recovery rate's denominator)."""
     recovered: int
     replays: int
     loop_guards: int
     """Calls stopped by LOOP_DETECTED, STEP_LIMIT or VALIDATION_BUDGET_EXHAUSTED."""
-    pending: int
-    """Confirmations asked for and not decided yet."""
+
+    @property
+    def rejected(self) -> int:
+        """Calls that did not end OK, gates included (the rejection rate's numerator)."""
+        return self.gates.rejected
 
     @property
     def rejection_rate(self) -> float | None:
-        """rejected / calls."""
+        """rejected / calls: the combined figure of docs/metrics.md."""
         return self.rejected / self.calls if self.calls else None
+
+    def rate(self, kind: str) -> float | None:
+        """Calls of one of :data:`analytics.gates.GATE_KINDS` / calls."""
+        return self.gates.rate(kind)
 
     @property
     def recovery_rate(self) -> float | None:
@@ -100,6 +111,33 @@ class TrendPoint:
     headline: Headline
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class OverviewData:
+    """The Overview page: the numbers, their trend, the split per tool, open approvals."""
+
+    headline: Headline
+    trend: list[TrendPoint]
+    tools: list[GateRates]
+    """Per tool: model errors, policy refusals, human gates, upstream failures."""
+    pending: PendingApprovals
+    """Approvals still waiting for a human (``open``) and those that lapsed unanswered."""
+
+
+def overview(
+    source: Source, filters: Filters, bucket: timedelta, *, confirmation_ttl: timedelta
+) -> OverviewData | None:
+    """The Overview's numbers; None when no call matches the filters."""
+    points = _headlines(source, filters, None)
+    if not points:
+        return None
+    return OverviewData(
+        headline=points[0].headline,
+        trend=_headlines(source, filters, bucket),
+        tools=gates.gate_rates(source, filters, by="tool"),
+        pending=gates.pending_approvals(source, filters, ttl=confirmation_ttl),
+    )
+
+
 def headline(source: Source, filters: Filters) -> Headline | None:
     """The Overview's numbers; None when no call matches the filters."""
     points = _headlines(source, filters, None)
@@ -112,28 +150,25 @@ def trend(source: Source, filters: Filters, bucket: timedelta) -> list[TrendPoin
 
 
 def _headlines(source: Source, filters: Filters, bucket: timedelta | None) -> list[TrendPoint]:
-    totals = metrics.overview(source, filters, bucket=bucket)
+    split = gates.gate_rates(source, filters, bucket=bucket)
     recovery_rows = metrics.recovery_rate(source, filters, bucket=bucket)
     fixable = _sum_by(recovery_rows, lambda r: r.rejected)
     recovered = _sum_by(recovery_rows, lambda r: r.recovered)
     replays = _sum_by(metrics.replays(source, filters, bucket=bucket), lambda r: r.replayed)
     guards = _sum_by(metrics.loop_guards(source, filters, bucket=bucket), lambda r: r.calls)
-    funnel = metrics.confirmation_funnel(source, filters, bucket=bucket)
-    pending = _sum_by(funnel, lambda r: r.pending)
     return [
         TrendPoint(
-            bucket=t.bucket or datetime.min,
+            bucket=g.bucket or datetime.min,
             headline=Headline(
-                calls=t.calls,
-                rejected=t.rejected,
-                fixable_rejected=fixable.get(t.bucket, 0),
-                recovered=recovered.get(t.bucket, 0),
-                replays=replays.get(t.bucket, 0),
-                loop_guards=guards.get(t.bucket, 0),
-                pending=pending.get(t.bucket, 0),
+                calls=g.calls,
+                gates=g,
+                fixable_rejected=fixable.get(g.bucket, 0),
+                recovered=recovered.get(g.bucket, 0),
+                replays=replays.get(g.bucket, 0),
+                loop_guards=guards.get(g.bucket, 0),
             ),
         )
-        for t in totals
+        for g in split
     ]
 
 
@@ -161,6 +196,12 @@ class RejectionsData:
     """Top failing fields behind INVALID_ARGUMENTS."""
     counts: list[CallCount]
     """Calls per bucket, tool and code (the heatmap's trend)."""
+    kinds: list[CodeKind]
+    """Every code with its stage and kind, in pipeline order (the heatmap's columns)."""
+
+    def kind_of(self, code: str | None) -> str:
+        """The kind (:data:`analytics.gates.GATE_KINDS`) of ``code``; policy refusal if unknown."""
+        return next((k.kind for k in self.kinds if k.code == code), "policy_refusal")
 
 
 def rejections(
@@ -172,6 +213,7 @@ def rejections(
         tools=metrics.rejection_rate(source, filters, by="tool", min_calls=min_calls),
         fields=metrics.invalid_fields(source, filters, limit=10),
         counts=metrics.call_counts(source, filters, bucket=bucket),
+        kinds=gates.code_kinds(source, filters),
     )
 
 

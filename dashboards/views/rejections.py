@@ -9,6 +9,7 @@ import streamlit as st
 
 from .. import charts, data, fmt, safe
 from .base import Page, PageContext, trace_link
+from .overview import KIND_LABELS
 
 __all__ = ["PAGE"]
 
@@ -33,19 +34,38 @@ def render(ctx: PageContext) -> None:
         st.success("No rejections in this window.")
         return
     cells: list[dict[str, Any]] = [
-        {"tool": r.tool, "code": r.code, "rejected": r.rejected, "calls": r.calls, "rate": r.rate}
+        {
+            "tool": r.tool,
+            "code": r.code,
+            "kind": KIND_LABELS[found.kind_of(r.code)],
+            "gate": found.kind_of(r.code) == "human_gate",
+            "rejected": r.rejected,
+            "calls": r.calls,
+            "rate": r.rate,
+        }
         for r in found.cells
     ]
+    codes = [k.code for k in found.kinds]
+    cap = charts.color_cap([c["rate"] for c in cells if not c["gate"]])
     pick = alt.selection_point(name="cell", fields=["tool", "code"])
     st.subheader("Tool by code")
+    st.caption(
+        "Codes in the order the pipeline checks them. Colour: calls of the tool that ended with "
+        f"the code (darkest from {fmt.rate(cap)}); blue columns are human gates, approvals the "
+        "policy asks for on purpose. Click a cell to open it below."
+    )
     st.altair_chart(
-        charts.heatmap(cells, selection=pick),
+        charts.heatmap(cells, selection=pick, codes=codes, cap=cap),
         width="stretch",
         key="rejections_heatmap",
         on_select=_on_heatmap_select,
     )
+    order = {code: i for i, code in enumerate(codes)}
     st.dataframe(
-        [{**c, "rate": fmt.rate(c["rate"])} for c in cells],
+        [
+            {**{k: v for k, v in c.items() if k != "gate"}, "rate": fmt.rate(c["rate"])}
+            for c in sorted(cells, key=lambda c: (str(c["tool"]), order.get(c["code"], 99)))
+        ],
         hide_index=True,
         column_config={"rejected": "calls with code", "calls": "calls of tool"},
     )
@@ -105,9 +125,11 @@ def _on_heatmap_select() -> None:
 
 def _drill_down(ctx: PageContext, found: data.RejectionsData) -> None:
     st.subheader("Drill-down")
-    # (tool, code) pairs, not "tool · code" strings: a tool may be named "evil · tool".
+    # (tool, code) pairs, not "tool · code" strings: a tool may be named "evil · tool". Model
+    # errors first, human gates last: the drill-down opens on what someone can fix, not on a gate.
     by_pair = {(str(r.tool), str(r.code)): r for r in found.cells}
-    pairs = sorted(by_pair, key=lambda p: -by_pair[p].rejected)
+    rank = {"model_error": 0, "policy_refusal": 1, "upstream_failure": 2, "human_gate": 3}
+    pairs = sorted(by_pair, key=lambda p: (rank.get(found.kind_of(p[1]), 1), -by_pair[p].rejected))
     if st.session_state.get(_CELL_KEY) not in by_pair:
         st.session_state[_CELL_KEY] = pairs[0]
     picked = st.selectbox(

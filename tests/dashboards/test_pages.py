@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import duckdb
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from analytics import metrics, reconstruct
+from analytics import gates, metrics, reconstruct
 from analytics.metrics import Filters
 from dashboards import fmt
+from dashboards.settings import TTL_ENV
 from dashboards.views import PAGES
+from dashboards.views.overview import KIND_LABELS
 
+from .conftest import make_app
 from .helpers import (
+    TTL,
     assert_same,
     expected_overview,
     parse_count,
@@ -92,6 +98,38 @@ class TestOverview:
         assert_same(shown(metric_values(app)), expected)
         assert expected.calls < metrics.overview(con)[0].calls
 
+    def test_split_per_tool_equals_gate_rates(
+        self, app: AppTest, con: duckdb.DuckDBPyConnection
+    ) -> None:
+        """The per-tool table shows gate_rates(by=tool): each kind's share of the tool's calls."""
+        app.run()
+        rows = {r["tool"]: r for r in records(app, 0)}
+        for g in gates.gate_rates(con, by="tool"):
+            row = rows[g.tool]
+            assert row["calls"] == g.calls
+            for kind in gates.GATE_KINDS:
+                assert row[KIND_LABELS[kind]] == fmt.rate(g.rate(kind))
+            assert row["all not OK"] == fmt.rate(g.rejected / g.calls)
+
+    def test_pending_approvals_exclude_expired_ones(
+        self,
+        fixture_db: Path,
+        monkeypatch: pytest.MonkeyPatch,
+        con: duckdb.DuckDBPyConnection,
+    ) -> None:
+        """Undecided approvals older than the confirmation TTL are expired, not pending."""
+        undecided = sum(f.pending for f in metrics.confirmation_funnel(con))
+        found = gates.pending_approvals(con, ttl=TTL)
+        assert found.lapsed > 0 and found.open + found.lapsed == undecided
+        app = make_app(monkeypatch, fixture_db)
+        app.run()
+        assert parse_count(metric_values(app)["Pending approvals"]) == found.open
+        assert f"{fmt.count(found.lapsed)} more expired" in " ".join(c.value for c in app.caption)
+        monkeypatch.setenv(TTL_ENV, str(10 * 365 * 86400))
+        app = make_app(monkeypatch, fixture_db)
+        app.run()
+        assert parse_count(metric_values(app)["Pending approvals"]) == undecided
+
 
 class TestRejections:
     def test_heatmap_table_equals_rejection_rate(
@@ -100,9 +138,14 @@ class TestRejections:
         """The tool x code table lists rejection_rate(by=tool_code): counts, denominators, rates."""
         open_page(app, "rejections")
         expected = metrics.rejection_rate(con, by="tool_code", min_calls=20)
-        assert [
-            (r["tool"], r["code"], r["rejected"], r["calls"], r["rate"]) for r in records(app, 0)
-        ] == [(r.tool, r.code, r.rejected, r.calls, fmt.rate(r.rate)) for r in expected]
+        rows = records(app, 0)
+        assert sorted(
+            (r["tool"], r["code"], r["rejected"], r["calls"], r["rate"]) for r in rows
+        ) == sorted((r.tool, r.code, r.rejected, r.calls, fmt.rate(r.rate)) for r in expected)
+        kinds = {k.code: k.kind for k in gates.code_kinds(con)}
+        assert {r["code"]: r["kind"] for r in rows} == {
+            code: KIND_LABELS[kinds[code]] for code in {r["code"] for r in rows}
+        }
 
     def test_per_tool_and_fields(self, app: AppTest, con: duckdb.DuckDBPyConnection) -> None:
         """Per-tool rates and the top failing fields are analytics' rows."""
@@ -124,12 +167,18 @@ class TestRejections:
         assert {r["rate"] for r in rows} == {fmt.NO_RATE}
         assert sum(r["rejected"] for r in rows) == metrics.overview(con)[0].rejected
 
-    def test_drill_down_defaults_to_the_biggest_cell(
+    def test_drill_down_opens_on_the_biggest_model_error_not_a_gate(
         self, app: AppTest, con: duckdb.DuckDBPyConnection
     ) -> None:
-        """The drill-down opens on the cell with most rejections and states its numbers."""
+        """The drill-down opens on the biggest cell the model can fix, never on a human gate."""
         open_page(app, "rejections")
-        worst = max(metrics.rejection_rate(con, by="tool_code"), key=lambda r: r.rejected)
+        kinds = {k.code: k.kind for k in gates.code_kinds(con)}
+        cells = metrics.rejection_rate(con, by="tool_code")
+        biggest = max(cells, key=lambda r: r.rejected)
+        assert kinds[str(biggest.code)] == "human_gate", "the fixture's biggest cell is a gate"
+        worst = max(
+            (r for r in cells if kinds[str(r.code)] == "model_error"), key=lambda r: r.rejected
+        )
         assert app.selectbox(key="rejections_cell").value == (worst.tool, worst.code)
         text = " ".join(m.value for m in app.markdown)
         assert f"**{fmt.count(worst.rejected)}** of {fmt.count(worst.calls)}" in text
@@ -146,6 +195,20 @@ class TestRejections:
             view = reconstruct.trace(con, link.removeprefix("?page=trace&trace="))
             assert view is not None
             assert (view.calls[0].tool, view.calls[0].code) == ("get_order", "NOT_FOUND")
+
+    def test_heatmap_codes_in_stage_order_and_scale_not_swamped(
+        self, app: AppTest, con: duckdb.DuckDBPyConnection
+    ) -> None:
+        """Columns follow the pipeline's stages; the colour scale saturates below 100%."""
+        open_page(app, "rejections")
+        spec = json.loads(app.get("vega_lite_chart")[0].proto.spec)
+        layers = spec["layer"]
+        assert layers[0]["encoding"]["x"]["sort"] == [k.code for k in gates.code_kinds(con)]
+        stages = [k.stage for k in gates.code_kinds(con)]
+        assert stages == sorted(stages, key=lambda s: metrics.PIPELINE_STAGES.index(s))
+        domain = layers[0]["encoding"]["color"]["scale"]["domain"]
+        rates = [r.rate for r in metrics.rejection_rate(con, by="tool_code") if r.rate]
+        assert domain[0] == 0 and domain[1] < max(rates)
 
 
 class TestRecovery:
