@@ -29,9 +29,9 @@ from pathlib import Path
 
 import duckdb
 
+from .database import connect
 from .derive import derive
 from .otlp import parse_sql
-from .schema import DDL, SCHEMA_VERSION
 from .spanfiles import (
     ForeignFileError,
     complete_end,
@@ -91,40 +91,6 @@ class LoadReport:
     def bytes(self) -> int:
         """Uncompressed bytes read, all files."""
         return sum(f.bytes for f in self.files)
-
-
-def connect(
-    database: str | os.PathLike[str] = ":memory:",
-    *,
-    read_only: bool = False,
-    timeout: float = 10.0,
-) -> duckdb.DuckDBPyConnection:
-    """Open (and, read-write, create or upgrade) a callgate database.
-
-    DuckDB lets one process hold a database file at a time. Writers (``load``) hold it only for
-    one load round; readers (``report``, the dashboard) open it ``read_only`` for one query or
-    page. When the other side holds the file, this retries for up to ``timeout`` seconds instead
-    of failing: see docs/analytics.md.
-    """
-    deadline = time.monotonic() + timeout
-    delay = 0.01
-    while True:
-        try:
-            con = duckdb.connect(str(database), read_only=read_only)
-            break
-        except duckdb.IOException as exc:
-            if "lock" not in str(exc).lower() or time.monotonic() >= deadline:
-                raise
-            time.sleep(delay)
-            delay = min(delay * 2, 0.25)
-    con.execute("SET enable_progress_bar = false")
-    if not read_only:
-        for statement in DDL:
-            con.execute(statement)
-        con.execute(
-            "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)]
-        )
-    return con
 
 
 @dataclass(kw_only=True, slots=True)

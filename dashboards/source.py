@@ -12,7 +12,6 @@ A file that is not DuckDB at all is named as such before any lock is retried: it
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ from pathlib import Path
 
 import duckdb
 
-from analytics import clickhouse, load, metrics
+from analytics import clickhouse, database, metrics
 
 from .safe import text
 from .settings import Settings
@@ -30,8 +29,8 @@ __all__ = ["Source", "Unavailable", "open_source", "source_errors"]
 Source = metrics.Source
 """What analytics' query functions take: a DuckDB connection or a metrics Backend."""
 
-_LOCK_RETRIES = 10
-_LOCK_PAUSE_S = 0.1
+_LOCK_WAIT_S = 1.0
+"""How long a render waits for a writer to let go of the file (one deadline, no retries on top)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -83,39 +82,28 @@ def is_duckdb_file(path: Path) -> bool:
 
 
 def _open_duckdb(path: Path) -> duckdb.DuckDBPyConnection | Unavailable:
-    if not path.exists():
-        return Unavailable(
-            title=f"No database at {text(path)}",
-            detail=f"Load span files into it first: `callgate load PATH... --db {text(path)}`. "
-            "This page checks again at every refresh.",
-        )
-    if path.is_dir() or not is_duckdb_file(path):
+    if path.exists() and (path.is_dir() or not is_duckdb_file(path)):
         return Unavailable(
             title=f"{text(path)} is not a DuckDB file",
             detail="Point the dashboard at the database `callgate load PATH... --db FILE` "
             "writes, not at a span file or another kind of file.",
         )
-    error: duckdb.Error | None = None
-    for _ in range(_LOCK_RETRIES):
-        try:
-            return load.connect(path, read_only=True)
-        except duckdb.IOException as exc:
-            if not _is_lock_error(exc):
-                return Unavailable(title=f"Cannot open {text(path)}", detail=text(_first_line(exc)))
-            error = exc  # a writer holds the file's lock
-            time.sleep(_LOCK_PAUSE_S)
-        except duckdb.Error as exc:
-            return Unavailable(title=f"Cannot open {text(path)}", detail=text(_first_line(exc)))
-    return Unavailable(
-        title=f"{text(path)} is busy",
-        detail=f"Another process is writing to it ({text(_first_line(error))}). "
-        "The next refresh tries again.",
-    )
-
-
-def _is_lock_error(error: duckdb.Error) -> bool:
-    message = str(error).lower()
-    return "lock" in message
+    try:
+        return database.connect(path, read_only=True, timeout=_LOCK_WAIT_S)
+    except database.NoDatabaseError:
+        return Unavailable(
+            title=f"No database at {text(path)}",
+            detail=f"Load span files into it first: `callgate load PATH... --db {text(path)}`. "
+            "This page checks again at every refresh.",
+        )
+    except database.NotADatabaseError as exc:
+        return Unavailable(title="Not a callgate database", detail=text(exc))
+    except database.DatabaseBusyError as exc:
+        return Unavailable(
+            title=f"{text(path)} is busy", detail=f"{text(exc)}. The next refresh tries again."
+        )
+    except database.DatabaseError as exc:
+        return Unavailable(title=f"Cannot open {text(path)}", detail=text(exc))
 
 
 def _clickhouse(url: str) -> Source | Unavailable:
