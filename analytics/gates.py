@@ -42,15 +42,18 @@ from .query import (
 )
 
 __all__ = [
+    "ALL_KINDS",
     "GATE_KINDS",
     "KIND_SQL",
     "CodeKind",
     "GateRates",
+    "GateShare",
     "PendingApprovals",
     "code_kinds",
     "code_kinds_query",
     "gate_rates",
     "gate_rates_query",
+    "gate_shares",
     "pending_approvals",
     "pending_approvals_query",
 ]
@@ -152,6 +155,52 @@ def gate_rates(
         for r in rows
         if r["calls"]
     ]
+
+
+ALL_KINDS = "rejected (all kinds)"
+"""The ``kind`` of :class:`GateShare` rows that add the four up: the combined rejection rate."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GateShare:
+    """One kind's share of the calls: a row of ``callgate report`` (narrow enough for 80 columns)."""
+
+    bucket: datetime | None
+    tool: str | None
+    kind: str
+    """One of :data:`GATE_KINDS`, or :data:`ALL_KINDS`."""
+    calls: int
+    """Calls of the kind."""
+    of_calls: int
+    """All calls (of the tool): the denominator."""
+    rate: float | None
+
+
+def gate_shares(
+    source: Source,
+    filters: Filters = ALL,
+    *,
+    by: Literal["all", "tool"] = "all",
+    bucket: timedelta | None = None,
+) -> list[GateShare]:
+    """:func:`gate_rates` as one row per kind, then the four added up (:data:`ALL_KINDS`)."""
+    out: list[GateShare] = []
+    for r in gate_rates(source, filters, by=by, bucket=bucket):
+        counts = [(kind, int(getattr(r, _FIELDS[kind]))) for kind in GATE_KINDS]
+        for kind, count in [*counts, (ALL_KINDS, r.rejected)]:
+            if by == "tool" and not count and kind != ALL_KINDS:
+                continue
+            out.append(
+                GateShare(
+                    bucket=r.bucket,
+                    tool=r.tool,
+                    kind=kind,
+                    calls=count,
+                    of_calls=r.calls,
+                    rate=count / r.calls if r.calls else None,
+                )
+            )
+    return out
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

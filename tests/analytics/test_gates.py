@@ -8,11 +8,15 @@ five asks (CONFIRMATION_REQUIRED x4, TAINTED_CONTEXT), the denial and the expiry
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
+from pathlib import Path
 
 import duckdb
+from click.testing import CliRunner
 
 from analytics import gates, metrics
+from analytics.cli import analytics_cli
 from analytics.metrics import Filters
 
 from .conftest import T0
@@ -82,3 +86,43 @@ class TestPendingApprovals:
         """The funnel's undecided count is what this splits."""
         found = gates.pending_approvals(db, ttl=timedelta(minutes=5))
         assert found.open + found.lapsed == sum(f.pending for f in metrics.confirmation_funnel(db))
+
+
+class TestReportLines:
+    def test_report_prints_the_split(self, tmp_path: Path, span_file: Path) -> None:
+        """`callgate report` shows each kind's share, and the four added up to the rejection rate."""
+        database = str(tmp_path / "report.duckdb")
+        runner = CliRunner()
+        assert (
+            runner.invoke(analytics_cli, ["load", str(span_file), "--db", database]).exit_code == 0
+        )
+        result = runner.invoke(analytics_cli, ["report", "--db", database], catch_exceptions=False)
+        assert result.exit_code == 0
+        assert "gates apart from errors" in result.output
+        lines = {
+            line.split("│")[1].strip(): line for line in result.output.splitlines() if "│" in line
+        }
+        assert "7" in lines["human_gate"] and "33.3%" in lines["human_gate"]
+        assert "5" in lines["model_error"] and "23.8%" in lines["model_error"]
+        assert "66.7%" in lines["rejected (all kinds)"]
+
+    def test_report_json(self, tmp_path: Path, span_file: Path) -> None:
+        """--json carries one row per kind (per tool too) with its denominator."""
+        database = str(tmp_path / "report.duckdb")
+        runner = CliRunner()
+        runner.invoke(analytics_cli, ["load", str(span_file), "--db", database])
+        result = runner.invoke(analytics_cli, ["report", "--db", database, "--json"])
+        data = json.loads(result.output)
+        rows = {r["kind"]: r for r in data["gates_apart_from_errors"]}
+        assert rows["policy_refusal"] == {
+            "bucket": None,
+            "tool": None,
+            "kind": "policy_refusal",
+            "calls": 2,
+            "of_calls": 21,
+            "rate": 2 / 21,
+        }
+        by_tool = {
+            (r["tool"], r["kind"]): r["calls"] for r in data["gates_apart_from_errors_by_tool"]
+        }
+        assert by_tool["refund_order", "human_gate"] == 7
