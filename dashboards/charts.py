@@ -12,7 +12,15 @@ from typing import Any
 
 import altair as alt
 
-__all__ = ["bars", "color_cap", "heatmap", "lines", "stacked_bars", "waterfall"]
+__all__ = [
+    "bars",
+    "color_cap",
+    "heatmap",
+    "lines",
+    "small_multiples",
+    "stacked_bars",
+    "waterfall",
+]
 
 Row = Mapping[str, Any]
 
@@ -64,9 +72,12 @@ def lines(
     title: str = "",
     log: bool = False,
     order: Sequence[str] = (),
-    fmt: str = "~g",
+    fmt: str = ",.3~r",
 ) -> Any:
-    """Lines over time, one per ``color`` value (legend in ``order``); ``log`` for a log y axis."""
+    """Lines over time, one per ``color`` value (legend in ``order``); ``log`` for a log y axis.
+
+    ``fmt`` is a d3 format for the axis and tooltip; the default never uses e-notation.
+    """
     scale = alt.Scale(type="log") if log else alt.Undefined
     return (
         alt.Chart(_data(rows), title=title)
@@ -78,16 +89,43 @@ def lines(
                 f"{color}:N",
                 title=None,
                 sort=list(order) or alt.Undefined,
-                legend=alt.Legend(orient="bottom", columns=5),
+                legend=alt.Legend(orient="bottom", columns=3, labelLimit=320),
             ),
             tooltip=[
                 alt.Tooltip(f"{x}:T"),
                 f"{color}:N",
-                alt.Tooltip(f"{y}:Q", format=fmt if "%" in fmt else ".3~f"),
+                alt.Tooltip(f"{y}:Q", format=fmt),
             ],
         )
         .properties(height=320)
     )
+
+
+def small_multiples(
+    panels: Sequence[tuple[str, Sequence[Row]]],
+    *,
+    x: str,
+    y: str,
+    columns: int = 3,
+    fmt: str = ",.3~r",
+) -> Any:
+    """One small line chart per ``(title, rows)`` panel, each with its own y scale, in a grid.
+
+    For series of very different sizes (stage latencies from 1 µs to 60 ms) that would overlap
+    into one unreadable bundle on a shared axis. Each panel's title carries its unit.
+    """
+    charts = [
+        alt.Chart(_data(rows), title=alt.TitleParams(title, fontSize=12, anchor="start"))
+        .mark_line(point=True)
+        .encode(
+            x=alt.X(f"{x}:T", title=None, axis=alt.Axis(labelOverlap=True, tickCount=4)),
+            y=alt.Y(f"{y}:Q", title=None, axis=alt.Axis(format=fmt, tickCount=4)),
+            tooltip=[alt.Tooltip(f"{x}:T"), alt.Tooltip(f"{y}:Q", format=fmt)],
+        )
+        .properties(height=130, width=260)
+        for title, rows in panels
+    ]
+    return alt.concat(*charts, columns=columns)
 
 
 def bars(

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TypeVar
 
-from analytics import gates, metrics, reconstruct
+from analytics import call_latency, gates, metrics, reconstruct
+from analytics.call_latency import CallLatency
 from analytics.gates import CodeKind, GateRates, PendingApprovals
 from analytics.metrics import (
     CallCount,
@@ -347,13 +348,18 @@ def loops(source: Source, filters: Filters, *, bucket: timedelta, limit: int) ->
 class LatencyData:
     """The Latency page."""
 
+    tools: list[CallLatency]
+    """Call latency per tool over the window (busiest tool first)."""
+    tool_trend: list[CallLatency]
     stages: list[StageLatency]
     trend: list[StageLatency]
 
 
 def latency(source: Source, filters: Filters, *, bucket: timedelta) -> LatencyData:
-    """Stage latency percentiles over the window and per bucket."""
+    """Call latency per tool and stage latency, over the window and per bucket."""
     return LatencyData(
+        tools=call_latency.call_latency(source, filters),
+        tool_trend=call_latency.call_latency(source, filters, bucket=bucket),
         stages=metrics.stage_latency(source, filters),
         trend=metrics.stage_latency(source, filters, bucket=bucket),
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,7 @@ import duckdb
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from analytics import gates, metrics, reconstruct
+from analytics import call_latency, gates, metrics, reconstruct
 from analytics.metrics import Filters
 from dashboards import fmt
 from dashboards.settings import TTL_ENV
@@ -275,13 +276,54 @@ class TestLoops:
 
 
 class TestLatency:
+    def test_call_latency_per_tool(self, app: AppTest, con: duckdb.DuckDBPyConnection) -> None:
+        """The first table is call_latency per tool: calls and p50/p95/p99 in fitting units."""
+        open_page(app, "latency")
+        expected = call_latency.call_latency(con)
+        assert [(r["tool"], r["calls"], r["p50"], r["p99"]) for r in records(app, 0)] == [
+            (t.tool, t.calls, fmt.ms(t.p50_ms), fmt.ms(t.p99_ms)) for t in expected
+        ]
+
     def test_table_equals_stage_latency(self, app: AppTest, con: duckdb.DuckDBPyConnection) -> None:
         """Stages in pipeline order with analytics' span counts and percentiles."""
         open_page(app, "latency")
         expected = metrics.stage_latency(con)
-        assert [(r["stage"], r["spans"], r["p50"], r["p99"]) for r in records(app, 0)] == [
+        assert [(r["stage"], r["spans"], r["p50"], r["p99"]) for r in records(app, 1)] == [
             (s.stage, s.spans, fmt.ms(s.p50_ms), fmt.ms(s.p99_ms)) for s in expected
         ]
+
+    def test_durations_read_in_a_unit_that_fits(self, app: AppTest) -> None:
+        """Every duration is 1-999 of µs, ms or s (or 0): never "0.000852 ms", never e-notation."""
+        open_page(app, "latency")
+        cells = [r[p] for i in (0, 1) for r in records(app, i) for p in ("p50", "p95", "p99")]
+        assert cells
+        for cell in cells:
+            assert re.fullmatch(r"(0|[1-9][\d,]*(\.\d+)?|0\.\d+) (µs|ms|s)", cell), cell
+            assert not cell.startswith("0.0") and "e" not in cell.split()[0]
+
+    def test_stage_chart_is_one_panel_per_stage(
+        self, app: AppTest, con: duckdb.DuckDBPyConnection
+    ) -> None:
+        """Stages are small multiples, each titled with its own unit; axes never use e-notation."""
+        open_page(app, "latency")
+        specs = [json.loads(c.proto.spec) for c in app.get("vega_lite_chart")]
+        tools, stages = specs
+        panels = stages["concat"]
+        assert [p["title"]["text"].split(" (")[0] for p in panels] == [
+            s.stage for s in metrics.stage_latency(con)
+        ]
+        assert all(p["title"]["text"].endswith(("(µs)", "(ms)", "(s)")) for p in panels)
+        for spec in (tools, *panels):
+            fmt_ = spec["encoding"]["y"]["axis"]["format"]
+            assert fmt_.endswith("r"), fmt_  # d3 "r": decimal notation, never 1e-3
+        assert tools["encoding"]["y"]["field"] in ("µs", "ms", "s")
+
+    def test_percentile_choice_applies(self, app: AppTest, con: duckdb.DuckDBPyConnection) -> None:
+        """Choosing p50 redraws both charts with the p50 values."""
+        open_page(app, "latency")
+        app.segmented_control(key="latency_percentile").set_value("p50").run()
+        tools = json.loads(app.get("vega_lite_chart")[0].proto.spec)
+        assert tools["title"].startswith("p50 call latency")
 
 
 class TestTraceExplorer:
