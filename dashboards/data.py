@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TypeVar
 
-from analytics import call_latency, gates, metrics, reconstruct
+from analytics import call_latency, gates, metrics, reconstruct, taint
 from analytics.call_latency import CallLatency
 from analytics.gates import CodeKind, GateRates, PendingApprovals
 from analytics.metrics import (
@@ -34,6 +34,7 @@ from .source import Source
 
 __all__ = [
     "FUNNEL_STEPS",
+    "TAINTED_CONTEXT",
     "ConfirmationsData",
     "FunnelPoint",
     "Headline",
@@ -54,6 +55,7 @@ __all__ = [
     "overview",
     "recovery",
     "rejections",
+    "taint_source",
     "trend",
 ]
 
@@ -395,3 +397,19 @@ def lookup(source: Source, query: str) -> TraceLookup:
     if by_call_id:
         return TraceLookup(calls=tuple(by_call_id), matched="call id")
     return TraceLookup()
+
+
+TAINTED_CONTEXT = "TAINTED_CONTEXT"
+"""The code of a write held because its session read untrusted text."""
+
+
+def taint_source(source: Source, view: reconstruct.TraceView) -> taint.TaintSource | None:
+    """For a trace whose call (or the call it resumes) was held as TAINTED_CONTEXT: the call
+    that tainted the session (:func:`analytics.taint.tainted_by`); None otherwise."""
+    held = next(
+        (c for c in (*view.calls, *view.approvals) if c.code == TAINTED_CONTEXT and c.session),
+        None,
+    )
+    if held is None or held.session is None:
+        return None
+    return taint.tainted_by(source, held.session, before=held.start_time)

@@ -13,6 +13,7 @@ from typing import Any
 import streamlit as st
 
 from analytics import reconstruct
+from telemetry import attributes as A
 
 from .. import charts, data, fmt, safe
 from .base import Page, PageContext, trace_link
@@ -102,6 +103,7 @@ def _trace(ctx: PageContext, view: reconstruct.TraceView) -> None:
             "outcome": call.outcome,
         }
         st.markdown(" · ".join(f"**{k}** {safe.text(_shown(v))}" for k, v in facts.items()))
+        _why(ctx, view, call)
     rows = _waterfall_rows(view)
     st.altair_chart(charts.waterfall(rows), width="stretch")
     # A static table (not a canvas grid): a handful of rows that people copy into tickets.
@@ -132,6 +134,50 @@ def _trace(ctx: PageContext, view: reconstruct.TraceView) -> None:
         st.markdown("**Approval history**")
         _call_table(view.approvals)
     _reproduce(ctx, view)
+
+
+def _why(ctx: PageContext, view: reconstruct.TraceView, call: reconstruct.CallSummary) -> None:
+    """What the model was told, the call's untrusted/injection flags, and for a write held as
+    TAINTED_CONTEXT the call that tainted the session, linked."""
+    attributes = view.roots[0].attributes if view.roots else {}
+    message = attributes.get(A.MESSAGE)
+    if message:
+        st.markdown("**Message the model received**")
+        st.code(str(message), language=None, wrap_lines=True)
+    if attributes.get(A.UNTRUSTED):
+        st.warning(
+            "This call returned **untrusted** outside text"
+            + _injection(attributes.get(A.INJECTION_DETECTED), attributes.get(A.INJECTION_RULE))
+            + f". Later writes in session {safe.text(call.session)} wait for a human."
+        )
+    held = any(c.code == data.TAINTED_CONTEXT for c in (*view.calls, *view.approvals))
+    if not held:
+        return
+    source = data.taint_source(ctx.source, view)
+    if source is None:
+        st.warning(
+            "Held because the session was tainted, but no call of it that returned untrusted "
+            "text is stored (it may predate the loaded spans)."
+        )
+        return
+    more = source.untrusted_calls - 1
+    st.error(
+        "**Held: the session read untrusted text.** It was tainted by step "
+        f"{safe.text(_shown(source.step))}, **{safe.text(_shown(source.tool))}** at "
+        f"{fmt.when(source.start_time)} UTC"
+        + _injection(source.injection_detected, source.injection_rule)
+        + (f" ({more} more untrusted result{'s' if more != 1 else ''} after it)" if more else "")
+        + f". [Open the call that tainted the session](<{trace_link(trace=source.trace_id)}>)"
+    )
+    if source.message:
+        st.caption("What the model was told for that call:")
+        st.code(source.message, language=None, wrap_lines=True)
+
+
+def _injection(detected: object, rule: object) -> str:
+    if not detected:
+        return "; no instruction-like text was detected in it"
+    return f"; instruction-like text was detected (rule **{safe.text(_shown(rule))}**)"
 
 
 def _nodes(view: reconstruct.TraceView) -> list[reconstruct.SpanNode]:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import duckdb
 import pytest
+from rich.console import Console
 from streamlit.testing.v1 import AppTest
 
 from analytics.load import connect, load
@@ -108,3 +110,16 @@ def hostile_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     finally:
         con.close()
     return db
+
+
+@pytest.fixture(scope="session")
+def demo_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The demo's traffic through the real guard and telemetry: tainted sessions included."""
+    from callgate.demo import DemoOptions, run_demo
+
+    out = tmp_path_factory.mktemp("demo")
+    run = run_demo(
+        DemoOptions(sessions=300, seed=7, out=out), Console(file=io.StringIO(), width=120)
+    )
+    assert run.database is not None and run.load_errors == 0
+    return run.database
