@@ -55,8 +55,10 @@ def stacked_bars(
         .mark_bar()
         .encode(
             x=alt.X(f"{x}:T", title=None),
-            y=alt.Y(f"{y}:Q", title=y),
-            color=alt.Color(f"{color}:N", title=None, scale=scale),
+            y=alt.Y(f"{y}:Q", title=y, axis=alt.Axis(format=",d", tickMinStep=1)),
+            color=alt.Color(
+                f"{color}:N", title=None, scale=scale, legend=alt.Legend(labelLimit=400)
+            ),
             tooltip=[alt.Tooltip(f"{x}:T"), f"{color}:N", f"{y}:Q"],
         )
         .properties(height=240)
@@ -136,16 +138,26 @@ def bars(
     title: str = "",
     color: str | None = None,
     sort: Sequence[str] | None = None,
-    fmt: str = ",",
+    fmt: str = ",d",
     colors: Mapping[str, str] | None = None,
 ) -> Any:
     """Horizontal bars: ``x`` is the quantity, ``y`` the category, labelled with the value.
 
     ``colors`` maps values of ``color`` to colours, so a page keeps one colour per outcome.
     """
-    y_enc = alt.Y(f"{y}:N", title=None, sort=list(sort) if sort is not None else "-x")
+    y_enc = alt.Y(
+        f"{y}:N",
+        title=None,
+        sort=list(sort) if sort is not None else "-x",
+        axis=alt.Axis(labelLimit=400),
+    )
     base = alt.Chart(_data(rows), title=title).encode(
-        x=alt.X(f"{x}:Q", title=x, axis=alt.Axis(format=fmt)),
+        # An explicit type: Vega turns "," into "1e+2" on axes.
+        x=alt.X(
+            f"{x}:Q",
+            title=x,
+            axis=alt.Axis(format=fmt, tickMinStep=1 if fmt.endswith("d") else alt.Undefined),
+        ),
         y=y_enc,
         tooltip=[f"{y}:N", alt.Tooltip(f"{x}:Q", format=fmt)],
     )

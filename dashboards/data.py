@@ -286,15 +286,25 @@ class ConfirmationsData:
 
     tools: list[ConfirmationFunnel]
     total: FunnelPoint
+    """The funnel summed over tools; its ``pending`` counts only approvals still open and its
+    ``expired`` includes those that lapsed unanswered (:func:`analytics.gates.pending_approvals`)."""
     trend: list[FunnelPoint]
+    pending: PendingApprovals
 
 
-def confirmations(source: Source, filters: Filters, *, bucket: timedelta) -> ConfirmationsData:
-    """The confirmation funnel per tool, in total, and per bucket."""
+def confirmations(
+    source: Source, filters: Filters, *, bucket: timedelta, confirmation_ttl: timedelta
+) -> ConfirmationsData:
+    """The confirmation funnel per tool, in total, and per bucket; open vs lapsed approvals."""
     tools = metrics.confirmation_funnel(source, filters)
+    pending = gates.pending_approvals(source, filters, ttl=confirmation_ttl)
+    total = _funnel_sum(None, tools)
+    total.counts["expired"] += pending.lapsed
+    total.counts["pending"] = pending.open
     return ConfirmationsData(
         tools=tools,
-        total=_funnel_sum(None, tools),
+        pending=pending,
+        total=total,
         trend=[
             _funnel_sum(b, rows)
             for b, rows in _group(metrics.confirmation_funnel(source, filters, bucket=bucket))

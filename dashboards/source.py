@@ -37,7 +37,7 @@ _LOCK_WAIT_S = 1.0
 class Unavailable:
     """Why there is nothing to show, in words for the person looking at the page.
 
-    Both are Markdown source: paths and error messages in them are escaped (:func:`safe.text`).
+    Both are Markdown source: paths and error messages in them are code spans (:func:`safe.text`).
     """
 
     title: str
@@ -93,7 +93,7 @@ def _open_duckdb(path: Path) -> duckdb.DuckDBPyConnection | Unavailable:
     except database.NoDatabaseError:
         return Unavailable(
             title=f"No database at {text(path)}",
-            detail=f"Load span files into it first: `callgate load PATH... --db {text(path)}`. "
+            detail=f"Load span files into it first: {text(f'callgate load PATH... --db {path}')}. "
             "This page checks again at every refresh.",
         )
     except database.NotADatabaseError as exc:

@@ -100,12 +100,12 @@ def assert_same(page: Expected, expected: Expected) -> None:
             assert abs(got - want) <= 0.0005 + 1e-12
 
 
-_ESCAPE = re.compile(r"\\([!-/:-@\[-`{-~])")
+_CODE_SPAN = re.compile(r"(`+) (.*?) \1(?!`)")
 
 
 def unescape(markdown: str) -> str:
-    """The text that Markdown escaped with :func:`dashboards.safe.text` renders to."""
-    return _ESCAPE.sub(r"\1", markdown)
+    """``markdown`` with the values :func:`dashboards.safe.text` put in code spans unwrapped."""
+    return _CODE_SPAN.sub(lambda m: m.group(2), markdown)
 
 
 def table_text(at: AppTest, index: int = 0) -> dict[str, list[str]]:
