@@ -78,7 +78,7 @@ def _call_table(calls: tuple[reconstruct.CallSummary, ...]) -> None:
                 "stage": c.rejected_stage,
                 "replayed": c.replayed,
                 "approval": c.approval_outcome,
-                "ms": round(c.duration_ms, 3),
+                "took": fmt.ms(c.duration_ms),
             }
             for c in calls
         ],
@@ -113,8 +113,8 @@ def _trace(ctx: PageContext, view: reconstruct.TraceView) -> None:
                 "span": safe.text(r["span"]),
                 "outcome": safe.text(r["outcome"]),
                 "code": safe.text(r["code"]),
-                "start (ms)": f"{r['start_ms']:.3f}",
-                "duration (ms)": f"{r['duration_ms']:.3f}",
+                "start": "+" + fmt.ms(r["start_ms"]),
+                "took": fmt.ms(r["duration_ms"]),
             }
             for r in rows
         ]

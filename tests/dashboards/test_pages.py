@@ -343,9 +343,7 @@ class TestTraceExplorer:
         root = view.roots[0]
         assert list(table["span"]) == [root.name, *(c.stage for c in root.children)]
         assert list(table["code"])[-1] == (root.children[-1].code or "")
-        assert list(table["duration (ms)"]) == [
-            f"{n.duration_ms:.3f}" for n in (root, *root.children)
-        ]
+        assert list(table["took"]) == [fmt.ms(n.duration_ms) for n in (root, *root.children)]
         assert any(summary.trace_id in c.value for c in app.code)
 
     def test_search_by_session(self, app: AppTest, con: duckdb.DuckDBPyConnection) -> None:
