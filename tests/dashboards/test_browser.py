@@ -27,7 +27,7 @@ from dashboards import free_port, start_server, wait_until_ready
 from dashboards.server import stop
 from dashboards.views import PAGES
 
-from .conftest import HOSTILE_SESSION
+from .conftest import HOSTILE_CALL_ID, HOSTILE_SESSION
 from .helpers import assert_same, expected_overview, shown
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -300,6 +300,7 @@ class TestHostileNamesInTheBrowser:
         main = page.locator('[data-testid="stMain"]')
         expect(main).to_contain_text(HOSTILE_SESSION)
         expect(main).to_contain_text(str(call.tool))
+        expect(main).to_contain_text(HOSTILE_CALL_ID.strip())
         snap(page, shots / "trace-call.png")
 
     def test_reflected_url_parameter(self, page: Page, hostile_server: str, tmp_path: Path) -> None:
