@@ -75,9 +75,9 @@ def _call_table(calls: tuple[reconstruct.CallSummary, ...]) -> None:
                 "step": c.step,
                 "tool": c.tool,
                 "code": c.code,
-                "stage": c.rejected_stage,
-                "replayed": c.replayed,
-                "approval": c.approval_outcome,
+                "stage": c.rejected_stage or "",
+                "replayed": bool(c.replayed),
+                "approval": c.approval_outcome or "",
                 "took": fmt.ms(c.duration_ms),
             }
             for c in calls
@@ -127,6 +127,8 @@ def _trace(ctx: PageContext, view: reconstruct.TraceView) -> None:
         for node in _nodes(view)
         for e in node.events
     ]
+    keys = list(dict.fromkeys(k for r in retries for k in r))
+    retries = [{k: "" if r.get(k) is None else r[k] for k in keys} for r in retries]
     if retries:
         st.markdown("**Events**")
         st.dataframe(retries, hide_index=True)

@@ -15,6 +15,7 @@ from streamlit.testing.v1 import AppTest
 
 from analytics import reconstruct, taint
 from analytics.load import connect
+from dashboards.views import PAGES
 
 from .conftest import make_app
 from .helpers import unescape
@@ -93,3 +94,25 @@ class TestTaintedWrite:
         [plain] = reconstruct.calls_with_code(demo_con, "INVALID_ARGUMENTS", limit=1)
         at = open_trace(make_app(monkeypatch, demo_db), plain.trace_id)
         assert not at.error and not at.warning
+
+
+class TestNoNoneCells:
+    def test_no_empty_cells_on_any_page(
+        self, demo_db: Path, demo_con: duckdb.DuckDBPyConnection, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """No table on any page (nor a session's calls) shows None or NaN for a missing value."""
+        held = _held(demo_con)
+        at = make_app(monkeypatch, demo_db)
+        at.run()
+        seen = 0
+        for page in PAGES:
+            at.sidebar.radio(key="page").set_value(page.slug).run()
+            assert not at.exception
+            for frame in (d.value for d in at.dataframe):
+                seen += 1
+                assert not frame.isna().any().any(), (page.slug, frame.columns.tolist())
+        at.text_input(key="trace_query").set_value(str(held.session)).run()
+        for frame in (d.value for d in at.dataframe):
+            seen += 1
+            assert not frame.isna().any().any(), ("session", frame.columns.tolist())
+        assert seen >= 10
