@@ -310,13 +310,12 @@ class TestLatency:
         open_page(app, "latency")
         specs = [json.loads(c.proto.spec) for c in app.get("vega_lite_chart")]
         tools, stages = specs
-        panels = stages["concat"]
-        assert [p["title"]["text"].split(" (")[0] for p in panels] == [
-            s.stage for s in metrics.stage_latency(con)
-        ]
-        assert all(p["title"]["text"].endswith(("(µs)", "(ms)", "(s)")) for p in panels)
-        for spec in (tools, *panels):
-            fmt_ = spec["encoding"]["y"]["axis"]["format"]
+        titles = stages["facet"]["sort"]
+        assert [t.split(" (")[0] for t in titles] == [s.stage for s in metrics.stage_latency(con)]
+        assert all(t.endswith(("(µs)", "(ms)", "(s)")) for t in titles)
+        assert stages["resolve"]["scale"]["y"] == "independent"
+        for encoding in (tools["encoding"], stages["spec"]["encoding"]):
+            fmt_ = encoding["y"]["axis"]["format"]
             assert fmt_.endswith("r"), fmt_  # d3 "r": decimal notation, never 1e-3
         assert tools["encoding"]["y"]["field"] in ("µs", "ms", "s")
 
