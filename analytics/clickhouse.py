@@ -25,7 +25,7 @@ import duckdb
 from telemetry import attributes as A
 
 from .dialect import Dialect
-from .schema import COLUMNS, Column
+from .schema import _CALL_COLUMNS, COLUMNS, Column
 
 __all__ = [
     "CLICKHOUSE",
@@ -122,7 +122,7 @@ _SPANS = (
 """One row per span with DuckDB's ``spans`` column names: the contract attributes typed out of the
 string map, the rest (attributes the contract does not have) as a text list."""
 
-_CALL_NAMES = ", ".join(c.name for c in COLUMNS if c.call_only)
+_CALL_NAMES = ", ".join(c.name for c in _CALL_COLUMNS)
 
 _CALLS = (
     "(SELECT trace_id, span_id, service, start_time, duration_ms, duration_ns, status_code, "
@@ -179,6 +179,7 @@ CLICKHOUSE = Dialect(
     stages=_STAGES,
     spans=_SPANS,
     latency_rollup=None,
+    latency_rollup_all=None,
     param=lambda name, kind: "{" + f"{name}:{_PARAM_TYPES[kind]}" + "}",
     bucket=lambda expr, seconds: (
         f"fromUnixTimestamp64Micro(intDiv(toUnixTimestamp64Micro({expr}), {seconds * 1_000_000})"
@@ -317,7 +318,7 @@ def export_otel_traces(
                  ELSE {statuses}[status_code + 1] END AS StatusCode,
             coalesce(status_message, '') AS StatusMessage,
             list_transform(coalesce(events, []),
-                           lambda e: make_timestamp_ns(e.timeUnixNano::BIGINT)) AS "Events.Timestamp",
+                           lambda e: make_timestamp_ns(TRY_CAST(e.timeUnixNano AS BIGINT))) AS "Events.Timestamp",
             list_transform(coalesce(events, []), lambda e: e.name) AS "Events.Name",
             list_transform(coalesce(events, []), lambda e: map_from_entries(list_transform(
                 e.attributes, lambda a: {{'k': a.key, 'v': {_TEXT}}}))) AS "Events.Attributes"

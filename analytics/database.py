@@ -151,6 +151,13 @@ def _check_ours(con: duckdb.DuckDBPyConnection, path: str) -> None:
             f"{path} is a DuckDB database but not callgate's (it has {shown}): give the file "
             "`callgate load` wrote (--db or $CALLGATE_DB)"
         )
+    if "meta" in tables:
+        found = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchall()
+        if found and found[0][0] != str(SCHEMA_VERSION):
+            raise NotADatabaseError(
+                f"{path} was written by another callgate version (schema {found[0][0]}, this "
+                f"one reads {SCHEMA_VERSION}): load the span files into a new database"
+            )
     if not tables and con.execute("SELECT current_setting('access_mode')").fetchall()[0][0] == (
         "read_only"
     ):

@@ -393,7 +393,8 @@ class StuckSession:
 
 
 def stuck_sessions_query(filters: Filters, d: Dialect = DUCKDB, *, limit: int = 20) -> SqlParams:
-    """Sessions with loop guards or replays, most guard hits first."""
+    """Sessions with loop guards or replays, worst first: the most loop guards and replays
+    together (each one a call the model repeated), then the most loop guards, then the most calls."""
     codes = ", ".join(f"'{c}'" for c in LOOP_GUARD_CODES)
     where, params = where_clause(filters, d)
     params["limit"] = limit
@@ -408,7 +409,7 @@ def stuck_sessions_query(filters: Filters, d: Dialect = DUCKDB, *, limit: int = 
         GROUP BY session
         HAVING sum(CASE WHEN code IN ({codes}) THEN 1 ELSE 0 END) > 0
             OR sum(CASE WHEN replayed THEN 1 ELSE 0 END) > 0
-        ORDER BY loop_guards DESC, replays DESC, session
+        ORDER BY loop_guards + replays DESC, loop_guards DESC, calls DESC, session
         LIMIT {d.param("limit", "int")}
         """,
         params,
