@@ -142,7 +142,7 @@ def _why(ctx: PageContext, view: reconstruct.TraceView, call: reconstruct.CallSu
     """What the model was told, the call's untrusted/injection flags, and for a write held as
     TAINTED_CONTEXT the call that tainted the session, linked."""
     attributes = view.roots[0].attributes if view.roots else {}
-    message = attributes.get(A.MESSAGE)
+    message = call.message or attributes.get(A.MESSAGE)
     if message:
         st.markdown("**Message the model received**")
         st.code(str(message), language=None, wrap_lines=True)
@@ -162,13 +162,11 @@ def _why(ctx: PageContext, view: reconstruct.TraceView, call: reconstruct.CallSu
             "text is stored (it may predate the loaded spans)."
         )
         return
-    more = source.untrusted_calls - 1
     st.error(
         "**Held: the session read untrusted text.** It was tainted by step "
         f"{safe.text(_shown(source.step))}, **{safe.text(_shown(source.tool))}** at "
         f"{fmt.when(source.start_time)} UTC"
         + _injection(source.injection_detected, source.injection_rule)
-        + (f" ({more} more untrusted result{'s' if more != 1 else ''} after it)" if more else "")
         + f". [Open the call that tainted the session](<{trace_link(trace=source.trace_id)}>)"
     )
     if source.message:

@@ -19,7 +19,7 @@ import duckdb
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
-from analytics import metrics, reconstruct, taint
+from analytics import metrics, reconstruct
 from analytics.load import connect, load
 from analytics.metrics import Filters
 from analytics.synth import generate, write_span_file
@@ -208,7 +208,7 @@ class TestBrowser:
         try:
             [held] = reconstruct.calls_with_code(con, "TAINTED_CONTEXT", limit=1)
             assert held.session is not None
-            source = taint.tainted_by(con, held.session, before=held.start_time)
+            source = reconstruct.tainting_call(con, held)
         finally:
             con.close()
         assert source is not None

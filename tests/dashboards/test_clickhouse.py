@@ -93,7 +93,7 @@ class TestClickHouse:
 
         from streamlit.testing.v1 import AppTest
 
-        from analytics import call_latency, gates, taint
+        from analytics import call_latency, gates, reconstruct
         from dashboards.server import APP
         from dashboards.views import PAGES
 
@@ -114,11 +114,12 @@ class TestClickHouse:
             ]
             for a, b in zip(ch_latency, duck_latency, strict=True):
                 assert a.p95_ms == pytest.approx(b.p95_ms, rel=1e-6)
-            (session, last) = con.execute(
-                "SELECT session, max(start_time) FROM calls GROUP BY 1 ORDER BY 1 LIMIT 1"
-            ).fetchone() or ("", None)
-            assert taint.tainted_by(chdb_backend, session, before=last) == taint.tainted_by(
-                con, session, before=last
+            (session,) = con.execute(
+                "SELECT session FROM calls WHERE code = 'TAINTED_CONTEXT' ORDER BY 1 LIMIT 1"
+            ).fetchone() or ("",)
+            [call] = reconstruct.session_calls(con, session)[-1:]
+            assert reconstruct.tainting_call(chdb_backend, call) == reconstruct.tainting_call(
+                con, call
             )
         finally:
             con.close()

@@ -13,7 +13,7 @@ import duckdb
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from analytics import reconstruct, taint
+from analytics import reconstruct
 from analytics.load import connect
 from dashboards.views import PAGES
 
@@ -48,7 +48,7 @@ class TestTaintedWrite:
         """The held write names the earlier untrusted read, its rule, and links to its trace."""
         held = _held(demo_con)
         assert held.session is not None
-        source = taint.tainted_by(demo_con, held.session, before=held.start_time)
+        source = reconstruct.tainting_call(demo_con, held)
         assert source is not None and source.start_time <= held.start_time
         at = open_trace(make_app(monkeypatch, demo_db), held.trace_id)
         [alert] = [e.value for e in at.error]
@@ -65,7 +65,7 @@ class TestTaintedWrite:
         """Opened from the link, the read says it returned untrusted text, with its rule."""
         held = _held(demo_con)
         assert held.session is not None
-        source = taint.tainted_by(demo_con, held.session, before=held.start_time)
+        source = reconstruct.tainting_call(demo_con, held)
         assert source is not None
         at = open_trace(make_app(monkeypatch, demo_db), source.trace_id)
         warning = unescape(" ".join(w.value for w in at.warning))
