@@ -137,8 +137,9 @@ def snap(page: Page, path: Path) -> None:
     stretched to the main block's height first (a plain full-page shot stops at the fold)."""
     height = int(
         page.evaluate(
-            "() => { const m = document.querySelector('[data-testid=\"stMain\"]');"
-            " return m ? m.scrollHeight : document.body.scrollHeight; }"
+            "() => Math.max(...['stMain', 'stMainBlockContainer', 'stAppViewContainer']"
+            '.map(id => document.querySelector(`[data-testid="${id}"]`))'
+            ".filter(Boolean).map(e => e.scrollHeight), document.body.scrollHeight)"
         )
     )
     size = page.viewport_size or {"width": 1500, "height": 1100}
