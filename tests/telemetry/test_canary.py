@@ -15,7 +15,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from guard import MultiObserver
 from guard.testing import ManualClock
 from telemetry import SpanFileWriter, configure
-from telemetry.sidecar import OTLPReceiver
+from telemetry.sidecar import Encoded, OTLPReceiver
 
 from .conftest import KEY
 from .shop_paths import CANARIES, build_guard, drive
@@ -30,9 +30,9 @@ class CapturingReceiver(OTLPReceiver):
         self.payloads = []
         accept = self.receiver.accept
 
-        def capture(request: ExportTraceServiceRequest) -> None:
+        def capture(request: ExportTraceServiceRequest) -> Encoded:
             self.payloads.append(request.SerializeToString())
-            accept(request)
+            return accept(request)
 
         self.receiver.accept = capture  # type: ignore[method-assign]
         super().start()

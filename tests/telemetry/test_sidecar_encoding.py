@@ -1,0 +1,201 @@
+"""The sidecar's fast encoders make exactly the line the generic protobuf path makes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from google.protobuf.descriptor import FieldDescriptor  # type: ignore[import-untyped]
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+from telemetry import SpanFileWriter, configure
+from telemetry._otlp_json import NotCanonical, pass_through
+from telemetry._otlp_proto import Encoded, encode_message, encode_request
+from telemetry.otlpjson import request_to_json
+from telemetry.sidecar import TraceReceiver
+
+from .conftest import KEY, make_call
+
+_TEXT = st.text(st.characters(exclude_categories=["Cs"]), max_size=12)
+_ID_SIZES = {"trace_id": 16, "span_id": 8, "parent_span_id": 8}
+
+
+def _scalar(field: Any, good_ids: bool) -> st.SearchStrategy[Any]:
+    kind = field.type
+    if kind == FieldDescriptor.TYPE_STRING:
+        return _TEXT
+    if kind == FieldDescriptor.TYPE_BYTES:
+        if field.name in _ID_SIZES and good_ids:
+            return st.binary(min_size=_ID_SIZES[field.name], max_size=_ID_SIZES[field.name])
+        return st.binary(max_size=20)
+    if kind == FieldDescriptor.TYPE_BOOL:
+        return st.booleans()
+    if kind in (FieldDescriptor.TYPE_DOUBLE, FieldDescriptor.TYPE_FLOAT):
+        return st.floats(allow_nan=True, allow_infinity=True, width=64)
+    if kind == FieldDescriptor.TYPE_ENUM:
+        return st.integers(0, 7)
+    if kind in (
+        FieldDescriptor.TYPE_INT64,
+        FieldDescriptor.TYPE_SFIXED64,
+        FieldDescriptor.TYPE_SINT64,
+    ):
+        return st.integers(-(2**63), 2**63 - 1)
+    if kind in (FieldDescriptor.TYPE_UINT64, FieldDescriptor.TYPE_FIXED64):
+        return st.integers(0, 2**64 - 1)
+    if kind in (
+        FieldDescriptor.TYPE_INT32,
+        FieldDescriptor.TYPE_SINT32,
+        FieldDescriptor.TYPE_SFIXED32,
+    ):
+        return st.integers(-(2**31), 2**31 - 1)
+    return st.integers(0, 2**32 - 1)
+
+
+@st.composite
+def messages(draw: st.DrawFn, cls: Any, depth: int = 0, good_ids: bool = True) -> Any:
+    """Any message of ``cls``: each field set or not, oneofs respected, nesting bounded."""
+    message = cls()
+    chosen_oneofs: set[str] = set()
+    for field in cls.DESCRIPTOR.fields:
+        if field.containing_oneof is not None:
+            if field.containing_oneof.name in chosen_oneofs or not draw(st.booleans()):
+                continue
+        elif not draw(st.booleans()):
+            continue
+        if field.type == FieldDescriptor.TYPE_MESSAGE:
+            if depth > 3:
+                continue
+            sub = field.message_type._concrete_class
+            if field.is_repeated:
+                items = draw(st.lists(messages(sub, depth + 1, good_ids), max_size=3))
+                getattr(message, field.name).extend(items)
+            else:
+                getattr(message, field.name).CopyFrom(draw(messages(sub, depth + 1, good_ids)))
+        elif field.is_repeated:
+            getattr(message, field.name).extend(
+                draw(st.lists(_scalar(field, good_ids), max_size=3))
+            )
+        else:
+            setattr(message, field.name, draw(_scalar(field, good_ids)))
+        if field.containing_oneof is not None:
+            chosen_oneofs.add(field.containing_oneof.name)
+    return message
+
+
+def _only_good(message: ExportTraceServiceRequest) -> ExportTraceServiceRequest:
+    """``message`` without malformed spans and without groups left empty (what a line holds)."""
+    kept = ExportTraceServiceRequest()
+    for resource_spans in message.resource_spans:
+        group = type(resource_spans)()
+        group.CopyFrom(resource_spans)
+        del group.scope_spans[:]
+        for scope_spans in resource_spans.scope_spans:
+            spans = [
+                span for span in scope_spans.spans
+                if len(span.trace_id) == 16 and len(span.span_id) == 8
+                and len(span.parent_span_id) in (0, 8)
+            ]  # fmt: skip
+            if spans:
+                scope = group.scope_spans.add()
+                scope.CopyFrom(scope_spans)
+                del scope.spans[:]
+                scope.spans.extend(spans)
+        if group.scope_spans:
+            kept.resource_spans.append(group)
+    return kept
+
+
+_SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+class TestProtoEncoder:
+    @_SETTINGS
+    @given(messages(ExportTraceServiceRequest))
+    def test_same_text_as_message_to_dict(self, message: ExportTraceServiceRequest) -> None:
+        """Any message, every field of the schema: the walker's text equals request_to_json's."""
+        assert encode_message(message) == request_to_json(message)
+        encoded = encode_request(message)
+        kept = _only_good(message)
+        assert encoded.line == (request_to_json(kept) if kept.resource_spans else "")
+
+    @_SETTINGS
+    @given(messages(ExportTraceServiceRequest, good_ids=False))
+    def test_bad_spans_are_counted_not_written(self, message: ExportTraceServiceRequest) -> None:
+        """Spans with ids of the wrong length are left out and counted; the good ones are kept."""
+        encoded = encode_request(message)
+        total = sum(len(s.spans) for r in message.resource_spans for s in r.scope_spans)
+        assert encoded.spans + encoded.rejected == total
+        kept = _only_good(message)
+        assert encoded.line == (request_to_json(kept) if kept.resource_spans else "")
+        assert bool(encoded.error) == bool(encoded.rejected)
+
+
+@pytest.fixture(scope="module")
+def json_receiver(tmp_path_factory: pytest.TempPathFactory) -> TraceReceiver:
+    return TraceReceiver(SpanFileWriter(tmp_path_factory.mktemp("json")))
+
+
+def _lines(encoded: Encoded) -> Any:
+    return json.loads(encoded.line) if encoded.line else None
+
+
+class TestJSONPassThrough:
+    @_SETTINGS
+    @given(messages(ExportTraceServiceRequest, good_ids=False))
+    def test_json_gives_the_line_protobuf_gives(
+        self, json_receiver: TraceReceiver, message: ExportTraceServiceRequest
+    ) -> None:
+        """Any message sent as OTLP/JSON is stored as the same spans as sent as protobuf."""
+        body = request_to_json(message).encode()
+        expected = encode_request(message)
+        got = json_receiver.decode_json(body)
+        assert (got.spans, got.rejected) == (expected.spans, expected.rejected)
+        assert _lines(got) == _lines(expected)
+        try:
+            passed = pass_through(body)
+        except NotCanonical:
+            return
+        assert _lines(passed) == _lines(expected)
+
+    def test_callgate_lines_pass_through(self, tmp_path: Path) -> None:
+        """The trail's own lines (what callgate clients send as JSON) take the fast path unchanged."""
+        handle = configure(trail_dir=tmp_path, masking_key=KEY, metrics=False)
+        for _ in range(3):
+            handle.observer.call_ended(*make_call())
+        handle.shutdown()
+        for path in tmp_path.glob("*.jsonl"):
+            for line in path.read_text().splitlines():
+                assert _lines(pass_through(line)) == json.loads(line)
+
+    def test_non_canonical_forms_are_sent_the_long_way(self) -> None:
+        """Enum names, numbers for 64-bit integers, default values and unknown fields are not passed."""
+        span = '{"traceId":"' + "ab" * 16 + '","spanId":"' + "cd" * 8 + '"%s}'
+        for extra in (
+            ',"kind":"SPAN_KIND_SERVER"',
+            ',"startTimeUnixNano":5',
+            ',"name":""',
+            ',"surprise":1',
+            ',"status":{"code":0}',
+            ',"droppedEventsCount":0',
+        ):
+            body = '{"resourceSpans":[{"scopeSpans":[{"spans":[' + span % extra + "]}]}]}"
+            try:
+                pass_through(body)
+            except NotCanonical:
+                continue
+            raise AssertionError(f"{extra} passed through")
+
+    def test_not_json_is_a_value_error(self) -> None:
+        """Bodies that are not JSON (or nest past the parser) raise ValueError, never crash."""
+        for body in (b"{not json", b"[" * 100_000, b'{"a": NaN}', b"\xff\xfe"):
+            try:
+                pass_through(body)
+            except ValueError:
+                continue
+            except NotCanonical:
+                continue
+            raise AssertionError(body[:20])
