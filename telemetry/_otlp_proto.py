@@ -283,12 +283,12 @@ def _span(span: Any) -> str | None:
 _resource_field = _field_encoder(ResourceSpans.DESCRIPTOR.fields_by_name["resource"])
 _scope_field = _field_encoder(ScopeSpans.DESCRIPTOR.fields_by_name["scope"])
 _schema_field = _field_encoder(ResourceSpans.DESCRIPTOR.fields_by_name["schema_url"])
-_parts: dict[bytes, str] = {}
+_parts: dict[tuple[Callable[[Any], str], bytes], str] = {}
 
 
 def _cached(field: Callable[[Any], str], message: Any) -> str:
     """``field(message)``, remembered by the message's bytes (resources and scopes repeat)."""
-    key = message.SerializeToString(deterministic=True)
+    key = (field, message.SerializeToString(deterministic=True))
     text = _parts.get(key)
     if text is None:
         text = field(message)
