@@ -59,6 +59,9 @@ class LegacyReceiver(TraceReceiver):
                     count += 1
         return Encoded(request_to_json(request) if count else "", count, 0)
 
+    def encode_protobuf(self, body: bytes) -> Encoded:
+        return self.encode(ExportTraceServiceRequest.FromString(body))
+
     def decode_json(self, body: bytes) -> Encoded:
         return self.encode(parse_request(body))
 

@@ -298,6 +298,18 @@ def _cached(field: Callable[[Any], str], message: Any) -> str:
     return text
 
 
+def _cached_text(field: Callable[[Any], str], cls: Any, data: bytes) -> str:
+    """``field(cls.FromString(data))``, remembered by ``data`` (shared with ``_cached``)."""
+    key = (field, data)
+    text = _parts.get(key)
+    if text is None:
+        text = field(cls.FromString(data))
+        if len(_parts) >= _CACHE_LIMIT:
+            _parts.clear()
+        _parts[key] = text
+    return text
+
+
 @dataclass(slots=True)
 class Encoded:
     """One request as an OTLP JSON line, and what was left out of it."""

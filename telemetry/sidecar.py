@@ -38,6 +38,7 @@ from telemetry._otlp_http import HTTPLimits, OTLPHTTPServer
 from telemetry._otlp_json import NotCanonical, pass_through
 from telemetry._otlp_limits import ByteBudget, bearer_matches, is_loopback
 from telemetry._otlp_proto import Encoded, encode_request
+from telemetry._otlp_wire import encode_wire
 from telemetry.otlpjson import parse_request
 from telemetry.trail import SpanFileWriter
 
@@ -80,6 +81,17 @@ class TraceReceiver(TraceServiceServicer):
         """``request`` as a line, malformed spans left out."""
         return encode_request(request)
 
+    def encode_protobuf(self, body: bytes) -> Encoded:
+        """A serialized request as a line: read from the wire, or parsed with upb when unusual."""
+        encoded = encode_wire(body)
+        if encoded is not None:
+            return encoded
+        try:
+            request = ExportTraceServiceRequest.FromString(body)
+        except DecodeError as error:
+            raise ValueError(str(error)) from error
+        return self.encode(request)
+
     def decode_json(self, body: bytes) -> Encoded:
         """An OTLP/JSON body as a line: passed through when canonical, else via the message."""
         try:
@@ -93,15 +105,19 @@ class TraceReceiver(TraceServiceServicer):
         """Write one request's good spans; raises ``ValueError`` when it has spans but no good one."""
         return self._write(self.encode(request))
 
+    def accept_protobuf(self, body: bytes) -> Encoded:
+        """Write one serialized request; raises ``ValueError`` when malformed."""
+        return self._write(self.encode_protobuf(body))
+
+    def accept_json(self, body: bytes) -> Encoded:
+        """Write one OTLP/JSON request; raises ``ValueError`` when malformed."""
+        return self._write(self.decode_json(body))
+
     def accept_body(self, body: bytes, content_type: str) -> Encoded:
         """Write one OTLP/HTTP body (protobuf or JSON); raises ``ValueError`` when malformed."""
         if content_type == _JSON:
-            return self._write(self.decode_json(body))
-        try:
-            request = ExportTraceServiceRequest.FromString(body)
-        except DecodeError as error:
-            raise ValueError(str(error)) from error
-        return self.accept(request)
+            return self.accept_json(body)
+        return self.accept_protobuf(body)
 
     def _write(self, encoded: Encoded) -> Encoded:
         if not encoded.spans and encoded.rejected:
@@ -126,8 +142,9 @@ class TraceReceiver(TraceServiceServicer):
             context.abort(grpc.StatusCode.UNAVAILABLE, "busy: too many bytes in flight")
         try:
             if isinstance(request, bytes):
-                request = ExportTraceServiceRequest.FromString(request)
-            encoded = self.accept(request)
+                encoded = self.accept_protobuf(request)
+            else:
+                encoded = self.accept(request)
         except (DecodeError, ValueError, RecursionError) as error:
             self.reject()
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed request: {error}")

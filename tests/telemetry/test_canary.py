@@ -7,7 +7,6 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -28,13 +27,13 @@ class CapturingReceiver(OTLPReceiver):
 
     def start(self) -> CapturingReceiver:
         self.payloads = []
-        accept = self.receiver.accept
+        accept = self.receiver.accept_protobuf
 
-        def capture(request: ExportTraceServiceRequest) -> Encoded:
-            self.payloads.append(request.SerializeToString())
-            return accept(request)
+        def capture(body: bytes) -> Encoded:
+            self.payloads.append(body)
+            return accept(body)
 
-        self.receiver.accept = capture  # type: ignore[method-assign]
+        self.receiver.accept_protobuf = capture  # type: ignore[method-assign]
         super().start()
         return self
 

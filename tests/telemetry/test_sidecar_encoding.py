@@ -8,14 +8,18 @@ from typing import Any
 
 import pytest
 from google.protobuf.descriptor import FieldDescriptor  # type: ignore[import-untyped]
+from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 
 from telemetry import SpanFileWriter, configure
 from telemetry._otlp_json import NotCanonical, pass_through
 from telemetry._otlp_proto import Encoded, encode_message, encode_request
-from telemetry.otlpjson import request_to_json
+from telemetry._otlp_wire import encode_wire
+from telemetry.otlpjson import parse_request, request_to_json
 from telemetry.sidecar import TraceReceiver
 
 from .conftest import KEY, make_call
@@ -199,3 +203,74 @@ class TestJSONPassThrough:
             except NotCanonical:
                 continue
             raise AssertionError(body[:20])
+
+
+def _wire_matches(body: bytes) -> Encoded | None:
+    """``encode_wire(body)``, checked against upb + ``encode_request`` on the same bytes."""
+    got = encode_wire(body)
+    try:
+        message = ExportTraceServiceRequest.FromString(body)
+    except DecodeError:
+        assert got is None, "the wire walk took bytes upb refuses"
+        return None
+    if got is not None:
+        assert got == encode_request(message)
+    return got
+
+
+class TestWireEncoder:
+    @_SETTINGS
+    @given(messages(ExportTraceServiceRequest, good_ids=False))
+    def test_same_line_as_the_message_path(self, message: ExportTraceServiceRequest) -> None:
+        """Any request's bytes give the line encode_request gives, or are handed to upb."""
+        body = message.SerializeToString()
+        _wire_matches(body)
+        _wire_matches(body + body)  # concatenated messages merge: repeated fields append
+
+    @_SETTINGS
+    @given(
+        messages(ExportTraceServiceRequest),
+        st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), min_size=1, max_size=4),
+    )
+    def test_mangled_bytes(
+        self, message: ExportTraceServiceRequest, edits: list[tuple[int, int]]
+    ) -> None:
+        """Bytes with some changed: never a line upb would not make, never an exception."""
+        body = bytearray(message.SerializeToString())
+        for where, value in edits:
+            if body:
+                body[where % len(body)] = value
+        _wire_matches(bytes(body))
+        _wire_matches(bytes(body[: len(body) // 2]))
+
+    def test_callgate_requests_take_the_wire_path(self, tmp_path: Path) -> None:
+        """The trail's own spans, sent twice (caches warm), are encoded without upb, identically."""
+        handle = configure(trail_dir=tmp_path, masking_key=KEY, metrics=False)
+        for _ in range(4):
+            handle.observer.call_ended(*make_call())
+        handle.shutdown()
+        lines = [line for p in tmp_path.glob("*.jsonl") for line in p.read_text().splitlines()]
+        for _ in range(2):
+            for line in lines:
+                body = parse_request(line).SerializeToString()
+                got = _wire_matches(body)
+                assert got is not None
+                assert json.loads(got.line) == json.loads(line)
+
+    def test_duplicate_and_reordered_fields_follow_protobuf(self) -> None:
+        """A field sent twice (last wins) or out of order gives what upb makes of it."""
+        span = Span(trace_id=b"t" * 16, span_id=b"s" * 8, name="first", kind=2)
+        span.attributes.add(key="k", value=AnyValue(string_value="v"))
+        again = Span(name="second", trace_id=b"u" * 16).SerializeToString()
+        request = ExportTraceServiceRequest(
+            resource_spans=[ResourceSpans(scope_spans=[ScopeSpans(spans=[span])])]
+        )
+        body = request.SerializeToString()
+        inner = span.SerializeToString()
+        for mangled in (inner + again, again + inner, inner[28:] + inner[:28]):
+            scope = b"\x12" + bytes([len(mangled)]) + mangled
+            group = b"\x12" + bytes([len(scope)]) + scope
+            body = b"\x0a" + bytes([len(group)]) + group
+            got = encode_wire(body)
+            expected = encode_request(ExportTraceServiceRequest.FromString(body))
+            assert got is None or got == expected
