@@ -24,6 +24,7 @@ import json
 import multiprocessing as mp
 import os
 import resource
+import socket
 import sys
 import tempfile
 import time
@@ -165,6 +166,8 @@ def client(
     else:
         content_type = "application/json" if protocol == "http/json" else "application/x-protobuf"
         connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        connection.connect()  # TCP_NODELAY, as urllib3 (the SDK's HTTP exporter) sets it
+        connection.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         while time.perf_counter() < deadline:
             connection.request(
                 "POST",
