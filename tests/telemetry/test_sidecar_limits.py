@@ -383,13 +383,16 @@ class TestConnections:
                 socks.append(socket.create_connection(("127.0.0.1", port), timeout=5))
             except OSError:
                 break
-        time.sleep(0.5)
+        server = receiver.http_server
+        assert server is not None
+        deadline = time.monotonic() + 15
+        while server.refused_connections < len(socks) - 8 and time.monotonic() < deadline:
+            assert threading.active_count() <= before + 8 + 2
+            time.sleep(0.1)
+        assert server.refused_connections >= len(socks) - 8
         assert threading.active_count() <= before + 8 + 2
         for sock in socks:
             sock.close()
-        server = receiver.http_server
-        assert server is not None
-        assert server.refused_connections >= len(socks) - 8
         deadline = time.monotonic() + 5
         while server.active_connections and time.monotonic() < deadline:
             time.sleep(0.1)
