@@ -322,6 +322,7 @@ class OTLPHTTPServer(ThreadingHTTPServer):
         self._active = 0
         self._active_lock = threading.Lock()
         self.refused_connections = 0
+        self.accepted_connections = 0
         self.reaped_connections = 0
         self._deadlines: dict[socket.socket, float] = {}
         self._reaper_stop = threading.Event()
@@ -357,6 +358,7 @@ class OTLPHTTPServer(ThreadingHTTPServer):
             full = self._active >= self.limits.max_connections
             if not full:
                 self._active += 1
+                self.accepted_connections += 1
         if full:
             self.refused_connections += 1
             try:
