@@ -30,6 +30,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from telemetry._otlp_limits import (
     BodyTooLarge,
     ByteBudget,
+    Unavailable,
     bearer_matches,
     inflate,
     parse_content_length,
@@ -169,10 +170,8 @@ def _handler(accept: Accept, limits: HTTPLimits, on_reject: Callable[[], None]) 
             except BodyTooLarge as error:
                 self._refuse(RequestRefused(413, str(error), close=True), content_type)
                 return
-            except MemoryError:
-                self._refuse(
-                    RequestRefused(503, "busy: too many bytes in flight", close=True), content_type
-                )
+            except Unavailable as error:
+                self._refuse(RequestRefused(503, str(error), close=True), content_type)
                 return
             except (ValueError, RecursionError, UnicodeError) as error:
                 self._refuse(RequestRefused(400, f"malformed request: {error}"), content_type)

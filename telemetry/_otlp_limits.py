@@ -18,6 +18,7 @@ import zlib
 __all__ = [
     "BodyTooLarge",
     "ByteBudget",
+    "Unavailable",
     "bearer_matches",
     "inflate",
     "is_loopback",
@@ -25,6 +26,11 @@ __all__ = [
 ]
 
 _CHUNK = 64 * 1024
+
+
+class Unavailable(Exception):
+    """The request is fine but cannot be taken now (byte budget full, span files not writable):
+    answered with HTTP 503 + Retry-After or gRPC UNAVAILABLE, which OTLP exporters retry."""
 
 
 class BodyTooLarge(ValueError):
@@ -122,7 +128,7 @@ def inflate(body: bytes, encoding: str, cap: int, budget: ByteBudget | None = No
                     raise BodyTooLarge(f"body inflates to more than {cap} bytes")
                 if budget is not None and piece:
                     if not budget.reserve(len(piece)):
-                        raise MemoryError("in-flight byte budget exhausted")
+                        raise Unavailable("busy: too many bytes in flight")
                     reserved += len(piece)
                 out.append(piece)
             if not inflater.eof:

@@ -36,7 +36,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc import TraceS
 
 from telemetry._otlp_http import HTTPLimits, OTLPHTTPServer
 from telemetry._otlp_json import NotCanonical, pass_through
-from telemetry._otlp_limits import ByteBudget, bearer_matches, is_loopback
+from telemetry._otlp_limits import ByteBudget, Unavailable, bearer_matches, is_loopback
 from telemetry._otlp_proto import Encoded, encode_request
 from telemetry._otlp_wire import encode_wire
 from telemetry.otlpjson import parse_request
@@ -66,6 +66,8 @@ class ReceiverStats:
     """Requests refused (malformed, too large, unauthorized, busy)."""
     rejected_spans: int = 0
     """Malformed spans left out of otherwise accepted requests."""
+    write_errors: int = 0
+    """Requests answered "unavailable" because their line could not be written."""
 
 
 class TraceReceiver(TraceServiceServicer):
@@ -123,7 +125,13 @@ class TraceReceiver(TraceServiceServicer):
         if not encoded.spans and encoded.rejected:
             raise ValueError(encoded.error)
         if encoded.line:
-            self.writer.write_lines([encoded.line])
+            try:
+                self.writer.write_lines([encoded.line])
+            except OSError as error:  # disk full, I/O error: the client keeps the spans and retries
+                log.error("sidecar: could not write spans: %s", error)
+                with self._lock:
+                    self.stats.write_errors += 1
+                raise Unavailable(f"spans could not be stored: {error.strerror or error}") from error
         with self._lock:
             self.stats.requests += 1
             self.stats.spans += encoded.spans
@@ -148,6 +156,9 @@ class TraceReceiver(TraceServiceServicer):
         except (DecodeError, ValueError, RecursionError) as error:
             self.reject()
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed request: {error}")
+        except Unavailable as error:
+            self.reject()
+            context.abort(grpc.StatusCode.UNAVAILABLE, str(error))
         finally:
             self.budget.release(size)
         response = ExportTraceServiceResponse()

@@ -8,6 +8,7 @@ import gzip
 import http.client
 import json
 import os
+import resource
 import socket
 import subprocess
 import sys
@@ -668,3 +669,57 @@ class TestBombMemory:
             process.communicate(timeout=20)
         assert statuses == [413] * 12
         assert peak_mib < 250, f"peak RSS {peak_mib:.0f} MiB"
+
+
+def _limit_file_size() -> None:
+    resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, 200_000))
+
+
+class TestStorageFailure:
+    def test_unwritable_spans_are_503_and_unavailable(self, tmp_path: Path) -> None:
+        """Past a 200 kB file-size limit (EFBIG, a real OS refusal) requests are told to retry."""
+        grpc_port, http_port = free_port(), free_port()
+        code = (
+            "import signal, sys; signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
+            "from telemetry.cli import sidecar; sidecar(sys.argv[1:])"
+        )
+        args = [
+            "--dir",
+            str(tmp_path),
+            "--grpc-port",
+            str(grpc_port),
+            "--http-port",
+            str(http_port),
+        ]
+        process = subprocess.Popen(
+            [sys.executable, "-c", code, *args],
+            stdout=subprocess.PIPE,
+            cwd=Path(__file__).resolve().parents[2],
+            preexec_fn=_limit_file_size,
+        )
+        try:
+            deadline = time.monotonic() + 20
+            while True:
+                try:
+                    socket.create_connection(("127.0.0.1", http_port), timeout=1).close()
+                    break
+                except OSError:
+                    assert time.monotonic() < deadline, "sidecar did not start"
+                    time.sleep(0.1)
+            body = spans_request(200).SerializeToString()
+            data = post_bytes(body, f"Content-Type: {_PROTOBUF}", f"Content-Length: {len(body)}")
+            statuses = [exchange(http_port, data)[0] for _ in range(12)]
+            assert statuses[0] == 200
+            assert statuses[-1] == 503
+            assert set(statuses) == {200, 503}
+            with (
+                grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel,
+                pytest.raises(grpc.RpcError) as raised,
+            ):
+                channel.unary_unary(_EXPORT)(body, timeout=10)
+            assert raised.value.code() is grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]
+        finally:
+            process.terminate()
+            output, _ = process.communicate(timeout=20)
+        assert process.returncode == 0
+        assert b"rejected" in output
