@@ -9,6 +9,7 @@ from types import FrameType
 
 import click
 
+from telemetry.chain import env_chain_key
 from telemetry.sidecar import MAX_BODY, MAX_INFLIGHT, OTLPReceiver
 from telemetry.trail import SpanFileWriter
 
@@ -119,7 +120,9 @@ def sidecar(
         token = Path(token_file).read_text().strip()
     if token is not None and not token.strip():
         raise click.BadParameter("the bearer token is empty", param_hint="--token")
-    writer = SpanFileWriter(directory, prefix=prefix, max_bytes=max_bytes)
+    writer = SpanFileWriter(
+        directory, prefix=prefix, max_bytes=max_bytes, chain_key=env_chain_key()
+    )
     try:
         receiver = OTLPReceiver(
             writer,

@@ -147,6 +147,13 @@ def _lines(encoded: Encoded) -> Any:
     return json.loads(encoded.line) if encoded.line else None
 
 
+def _span_groups(line: str) -> Any:
+    """A line as the sidecar stores it: groups without spans (a trail's chain record) left out."""
+    data = json.loads(line)
+    data["resourceSpans"] = [group for group in data["resourceSpans"] if group.get("scopeSpans")]
+    return data
+
+
 class TestJSONPassThrough:
     @_SETTINGS
     @given(messages(ExportTraceServiceRequest, good_ids=False))
@@ -166,14 +173,14 @@ class TestJSONPassThrough:
         assert _lines(passed) == _lines(expected)
 
     def test_callgate_lines_pass_through(self, tmp_path: Path) -> None:
-        """The trail's own lines (what callgate clients send as JSON) take the fast path unchanged."""
+        """The trail's own lines (what callgate clients send as JSON) take the fast path, spans unchanged."""
         handle = configure(trail_dir=tmp_path, masking_key=KEY, metrics=False)
         for _ in range(3):
             handle.observer.call_ended(*make_call())
         handle.shutdown()
         for path in tmp_path.glob("*.jsonl"):
             for line in path.read_text().splitlines():
-                assert _lines(pass_through(line)) == json.loads(line)
+                assert _lines(pass_through(line)) == _span_groups(line)
 
     def test_non_canonical_forms_are_sent_the_long_way(self) -> None:
         """Enum names, numbers for 64-bit integers, default values and unknown fields are not passed."""
@@ -255,7 +262,7 @@ class TestWireEncoder:
                 body = parse_request(line).SerializeToString()
                 got = _wire_matches(body)
                 assert got is not None
-                assert json.loads(got.line) == json.loads(line)
+                assert json.loads(got.line) == _span_groups(line)
 
     def test_duplicate_and_reordered_fields_follow_protobuf(self) -> None:
         """A field sent twice (last wins) or out of order gives what upb makes of it."""
