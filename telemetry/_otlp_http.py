@@ -46,6 +46,7 @@ _JSON = "application/json"
 _CHUNK = 64 * 1024
 _MAX_CHUNK_LINE = 1024
 _MAX_TRAILERS = 64
+_LINGER_BYTES = 8 * 1024 * 1024
 
 
 class RequestRefused(Exception):
@@ -156,6 +157,25 @@ def _handler(accept: Accept, limits: HTTPLimits, on_reject: Callable[[], None]) 
                 extra.append(("WWW-Authenticate", "Bearer"))
             body = _status_body(refused.status, refused.message, content_type)
             self._answer(refused.status, body, content_type, *extra)
+            if refused.close:
+                self._linger()
+
+        def _linger(self) -> None:
+            """Half-close, then drop what the client still sends (bounded) before closing.
+
+            Closing with unread bytes makes the kernel send a reset, which can destroy the answer
+            before the client reads it; this way a client still sending its body gets the 413.
+            """
+            with contextlib.suppress(OSError):
+                self.connection.shutdown(socket.SHUT_WR)
+                self.connection.settimeout(0.2)
+                deadline = time.monotonic() + 1.0
+                left = _LINGER_BYTES
+                while left > 0 and time.monotonic() < deadline:
+                    data = self.connection.recv(min(left, _CHUNK))
+                    if not data:
+                        break
+                    left -= len(data)
 
         def do_POST(self) -> None:
             raw_type = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
