@@ -105,6 +105,13 @@ def _handler(accept: Accept, limits: HTTPLimits, on_reject: Callable[[], None]) 
         def log_message(self, format: str, *args: Any) -> None:
             log.debug("http %s", format % args)
 
+        _expects_continue = False
+
+        def handle_expect_100(self) -> bool:
+            # http.server would say "100 Continue" before any check; say it after ours pass.
+            self._expects_continue = True
+            return True
+
         def setup(self) -> None:
             super().setup()
             with contextlib.suppress(OSError):
@@ -113,6 +120,7 @@ def _handler(accept: Accept, limits: HTTPLimits, on_reject: Callable[[], None]) 
         def handle_one_request(self) -> None:
             # The reaper closes the socket of a request still unanswered at its deadline, however
             # slowly its bytes trickle in (the per-read timeout alone would not catch that).
+            self._expects_continue = False
             server: OTLPHTTPServer = self.server  # type: ignore[assignment]
             server.watch(self.connection, time.monotonic() + limits.request_timeout)
             try:
@@ -256,6 +264,10 @@ def _handler(accept: Accept, limits: HTTPLimits, on_reject: Callable[[], None]) 
                     if not limits.budget.reserve(length):
                         raise RequestRefused(503, "busy: too many bytes in flight", close=True)
                     held = length
+                if self._expects_continue:  # only now, once the request is one we will read
+                    self._expects_continue = False
+                    self.wfile.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+                if length is not None:
                     wire = self._read_exact(length)
                 else:
                     wire, held = self._read_chunked()

@@ -261,6 +261,30 @@ class TestBodies:
         data = post_bytes(proto, f"Content-Type: {_PROTOBUF}", f"Content-Length: {len(proto)}")
         assert exchange(receiver.http_port or 0, data)[0] in (200, 400)
 
+    def test_expect_continue_comes_after_the_checks(self, tmp_path: Path) -> None:
+        """`Expect: 100-continue` gets 100 only for a request that passes the checks, else the refusal."""
+        server = OTLPReceiver(
+            SpanFileWriter(tmp_path / "e"), grpc_port=None, http_port=0, token="t"
+        ).start()
+        try:
+            body = spans_request(1).SerializeToString()
+            base = (
+                f"Content-Type: {_PROTOBUF}",
+                f"Content-Length: {len(body)}",
+                "Expect: 100-continue",
+            )
+            with socket.create_connection(("127.0.0.1", server.http_port or 0), timeout=5) as sock:
+                sock.sendall(post_bytes(b"", *base))
+                assert read_response(sock)[0] == 401
+            with socket.create_connection(("127.0.0.1", server.http_port or 0), timeout=5) as sock:
+                sock.sendall(post_bytes(b"", *base, "Authorization: Bearer t"))
+                assert read_response(sock)[0] == 100
+                sock.sendall(body)
+                assert read_response(sock)[0] == 200
+            assert len(read_spans(tmp_path / "e")) == 1
+        finally:
+            server.stop()
+
     def test_other_methods_and_garbage_lines_are_answered(self, receiver: OTLPReceiver) -> None:
         """GET gets 405; a request line that is not HTTP gets 400."""
         port = receiver.http_port or 0
