@@ -134,6 +134,7 @@ def _handler(accept: Accept, limits: HTTPLimits, on_reject: Callable[[], None]) 
             # http.server's own errors (bad request line, long headers, unknown method): our body.
             self.close_connection = True
             self._answer(code, _status_body(code, message or "", _PROTOBUF), _PROTOBUF)
+            self._linger()
 
         def _answer(
             self, status: int, body: bytes, content_type: str, *extra: tuple[str, str]
