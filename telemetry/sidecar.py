@@ -269,7 +269,8 @@ class OTLPReceiver:
                 maximum_concurrent_rpcs=self._workers * 2,
             )
             server.add_generic_rpc_handlers((_grpc_handler(receiver),))
-            self.grpc_port = server.add_insecure_port(f"{self.host}:{self.grpc_port}")
+            address = f"[{self.host}]" if ":" in self.host else self.host
+            self.grpc_port = server.add_insecure_port(f"{address}:{self.grpc_port}")
             server.start()
             self._grpc = server
         if self.http_port is not None:
