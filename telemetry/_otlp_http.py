@@ -13,6 +13,7 @@ answered 503 and closed at once; an idle connection, or a request that takes lon
 from __future__ import annotations
 
 import contextlib
+import http.client
 import logging
 import socket
 import threading
@@ -47,6 +48,8 @@ _CHUNK = 64 * 1024
 _MAX_CHUNK_LINE = 1024
 _MAX_TRAILERS = 64
 _LINGER_BYTES = 8 * 1024 * 1024
+_MAX_HEADER_LINES = 101  # 100 headers and the blank line
+_MAX_HEADER_BYTES = 64 * 1024
 
 
 class RequestRefused(Exception):
@@ -95,6 +98,27 @@ def _response_body(encoded: Encoded, content_type: str) -> bytes:
 _OK = {kind: _response_body(Encoded("", 0, 0), kind) for kind in (_JSON, _PROTOBUF)}
 
 
+class _HeaderLimit:
+    """The connection's reader while headers are parsed: at most 100 lines and 64 KiB in all.
+
+    ``http.client`` counts header lines against a module global that other libraries raise
+    (clickhouse-connect sets it to 10,000 on import: 10,000 lines of 64 KiB); this bound is ours.
+    """
+
+    def __init__(self, reader: Any) -> None:
+        self._reader = reader
+        self._lines = 0
+        self._bytes = 0
+
+    def readline(self, limit: int = -1) -> bytes:
+        line: bytes = self._reader.readline(limit)
+        self._lines += 1
+        self._bytes += len(line)
+        if self._lines > _MAX_HEADER_LINES or self._bytes > _MAX_HEADER_BYTES:
+            raise http.client.HTTPException("too many header lines or bytes")
+        return line
+
+
 def _handler(accept: Accept, limits: HTTPLimits, on_reject: Callable[[], None]) -> type[Any]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -111,6 +135,14 @@ def _handler(accept: Accept, limits: HTTPLimits, on_reject: Callable[[], None]) 
             # http.server would say "100 Continue" before any check; say it after ours pass.
             self._expects_continue = True
             return True
+
+        def parse_request(self) -> bool:
+            reader = self.rfile
+            self.rfile = _HeaderLimit(reader)  # type: ignore[assignment]
+            try:
+                return super().parse_request()
+            finally:
+                self.rfile = reader
 
         def setup(self) -> None:
             super().setup()

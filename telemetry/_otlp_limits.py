@@ -16,6 +16,7 @@ import time
 import zlib
 
 __all__ = [
+    "DECODE_FACTOR",
     "BodyTooLarge",
     "ByteBudget",
     "Unavailable",
@@ -26,6 +27,8 @@ __all__ = [
 ]
 
 _CHUNK = 64 * 1024
+DECODE_FACTOR = 32
+"""Bytes of memory decoding may take per byte of body, at worst (upb arena; json.loads objects)."""
 
 
 class Unavailable(Exception):
@@ -42,7 +45,11 @@ class ByteBudget:
 
     ``reserve`` waits up to ``timeout`` seconds for room and says whether it got it; the caller
     answers "try later" (HTTP 503, gRPC UNAVAILABLE: both retryable for OTLP exporters) when not.
-    A single reservation larger than the whole budget is refused at once.
+    A single reservation larger than the whole budget is refused at once (``BodyTooLarge``: 413).
+
+    Decoding is reserved too: ``DECODE_FACTOR`` times the decoded body, the worst case measured
+    for upb (a body of empty sub-messages: 32 bytes of arena per 2 bytes of wire) and for
+    ``json.loads`` (25x).
     """
 
     def __init__(self, limit: int) -> None:
@@ -52,10 +59,14 @@ class ByteBudget:
         self._cond = threading.Condition()
 
     def reserve(self, size: int, timeout: float = 1.0) -> bool:
+        """Take ``size`` bytes; ``False`` when they are not free within ``timeout`` s.
+
+        Raises ``BodyTooLarge`` when ``size`` is more than the whole budget (waiting cannot help).
+        """
         if size <= 0:
             return True
         if size > self.limit:
-            return False
+            raise BodyTooLarge(f"{size} bytes is more than the {self.limit}-byte in-flight budget")
         deadline = time.monotonic() + timeout
         with self._cond:
             while self.used + size > self.limit:

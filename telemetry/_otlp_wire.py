@@ -17,6 +17,7 @@ whole request, to the upb path: ``None`` from ``encode_wire`` means "parse it th
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from json.encoder import encode_basestring
 from typing import Any
 
@@ -208,9 +209,9 @@ def _slow_span(data: bytes, start: int, end: int) -> str | None:
     return _span(Span.FromString(data[start:end]))
 
 
-def _fields(data: bytes, pos: int, end: int) -> list[tuple[int, int, int]]:
-    """``(field number, start, end)`` of each length-delimited field; anything else is unexpected."""
-    found = []
+def _fields(data: bytes, pos: int, end: int) -> Iterator[tuple[int, int, int]]:
+    """``(field number, start, end)`` of each length-delimited field in turn (never a list: a body of
+    millions of empty fields must not become millions of tuples); anything else is unexpected."""
     while pos < end:
         tag = data[pos]
         if tag < 0x80:
@@ -229,16 +230,8 @@ def _fields(data: bytes, pos: int, end: int) -> list[tuple[int, int, int]]:
             size, pos = _varint(data, pos)
         if pos + size > end:
             raise _Unexpected
-        found.append((tag >> 3, pos, pos + size))
+        yield tag >> 3, pos, pos + size
         pos += size
-    return found
-
-
-def _once(fields: list[tuple[int, int, int]], number: int) -> tuple[int, int] | None:
-    hits = [(start, end) for field, start, end in fields if field == number]
-    if len(hits) > 1:
-        raise _Unexpected  # upb would merge them
-    return hits[0] if hits else None
 
 
 def encode_wire(body: bytes) -> Encoded | None:
@@ -252,16 +245,18 @@ def encode_wire(body: bytes) -> Encoded | None:
 
 
 def _wrap(
-    fields: list[tuple[int, int, int]], data: bytes, head_field: Any, cls: Any
+    found: tuple[int, int] | None,
+    schema: tuple[int, int] | None,
+    data: bytes,
+    head_field: Any,
+    cls: Any,
 ) -> tuple[str, str]:
     """The text before and after the list of a resource or scope group (decoded even when unused:
     upb would refuse a corrupt one, so must this)."""
     head = "{"
-    found = _once(fields, 1)
     if found is not None:
         head += _cached_text(head_field, cls, data[found[0] : found[1]]) + ","
     tail = "]"
-    schema = _once(fields, 3)
     if schema is not None:
         url = data[schema[0] : schema[1]].decode("utf-8")
         if url:
@@ -273,38 +268,49 @@ def _encode(data: bytes) -> Encoded:
     groups: list[str] = []
     spans = rejected = 0
     error = ""
-    top = _fields(data, 0, len(data))
-    if any(number != 1 for number, _, _ in top):
-        raise _Unexpected
-    for _, group_start, group_end in top:
-        group = _fields(data, group_start, group_end)
-        if any(number not in (1, 2, 3) for number, _, _ in group):
+    for number, group_start, group_end in _fields(data, 0, len(data)):
+        if number != 1:
             raise _Unexpected
-        group_head, group_tail = _wrap(group, data, _resource_field, Resource)
+        resource = group_schema = None
         scope_groups: list[str] = []
-        for number, scope_start, scope_end in group:
-            if number != 2:
+        for field, scope_start, scope_end in _fields(data, group_start, group_end):
+            if field == 1 or field == 3:
+                if (resource if field == 1 else group_schema) is not None:
+                    raise _Unexpected  # upb would merge them, or keep the last
+                if field == 1:
+                    resource = (scope_start, scope_end)
+                else:
+                    group_schema = (scope_start, scope_end)
                 continue
-            scope_fields = _fields(data, scope_start, scope_end)
-            if any(field not in (1, 2, 3) for field, _, _ in scope_fields):
+            if field != 2:
                 raise _Unexpected
-            scope_head, scope_tail = _wrap(scope_fields, data, _scope_field, InstrumentationScope)
+            scope = scope_schema = None
             texts = []
-            for field, start, end in scope_fields:
-                if field != 2:
-                    continue
-                if end - start < 28:
-                    text = _slow_span(data, start, end)
+            for kind, start, end in _fields(data, scope_start, scope_end):
+                if kind == 2:
+                    text = (
+                        _slow_span(data, start, end)
+                        if end - start < 28
+                        else _span_text(data, start, end)
+                    )
+                    if text is None:
+                        rejected += 1
+                        error = error or _ERROR
+                    else:
+                        texts.append(text)
+                elif kind == 1 and scope is None:
+                    scope = (start, end)
+                elif kind == 3 and scope_schema is None:
+                    scope_schema = (start, end)
                 else:
-                    text = _span_text(data, start, end)
-                if text is None:
-                    rejected += 1
-                    error = error or _ERROR
-                else:
-                    texts.append(text)
+                    raise _Unexpected
+            scope_head, scope_tail = _wrap(
+                scope, scope_schema, data, _scope_field, InstrumentationScope
+            )
             if texts:
                 spans += len(texts)
                 scope_groups.append(scope_head + '"spans":[' + ",".join(texts) + scope_tail)
+        group_head, group_tail = _wrap(resource, group_schema, data, _resource_field, Resource)
         if scope_groups:
             groups.append(group_head + '"scopeSpans":[' + ",".join(scope_groups) + group_tail)
     line = '{"resourceSpans":[' + ",".join(groups) + "]}" if groups else ""

@@ -19,9 +19,10 @@ needs a bearer ``token`` (checked in constant time, on both endpoints) or an exp
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent import futures
 from dataclasses import dataclass
 from typing import Any
@@ -36,7 +37,14 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc import TraceS
 
 from telemetry._otlp_http import HTTPLimits, OTLPHTTPServer
 from telemetry._otlp_json import NotCanonical, pass_through
-from telemetry._otlp_limits import ByteBudget, Unavailable, bearer_matches, is_loopback
+from telemetry._otlp_limits import (
+    DECODE_FACTOR,
+    BodyTooLarge,
+    ByteBudget,
+    Unavailable,
+    bearer_matches,
+    is_loopback,
+)
 from telemetry._otlp_proto import Encoded, encode_request
 from telemetry._otlp_wire import encode_wire
 from telemetry.otlpjson import parse_request
@@ -48,10 +56,10 @@ log = logging.getLogger(__name__)
 
 _SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
 _JSON = "application/json"
-MAX_BODY = 16 * 1024 * 1024
-"""Default cap on one request body, on the wire and inflated."""
-MAX_INFLIGHT = 128 * 1024 * 1024
-"""Default cap on the bytes all requests in flight hold together."""
+MAX_BODY = 4 * 1024 * 1024
+"""Default cap on one request body, on the wire and inflated (the Collector's gRPC default)."""
+MAX_INFLIGHT = 256 * 1024 * 1024
+"""Default cap on the bytes all requests in flight hold together, decoding included."""
 
 
 @dataclass(slots=True)
@@ -109,11 +117,24 @@ class TraceReceiver(TraceServiceServicer):
 
     def accept_protobuf(self, body: bytes) -> Encoded:
         """Write one serialized request; raises ``ValueError`` when malformed."""
-        return self._write(self.encode_protobuf(body))
+        with self._decoding(len(body)):
+            return self._write(self.encode_protobuf(body))
 
     def accept_json(self, body: bytes) -> Encoded:
         """Write one OTLP/JSON request; raises ``ValueError`` when malformed."""
-        return self._write(self.decode_json(body))
+        with self._decoding(len(body)):
+            return self._write(self.decode_json(body))
+
+    @contextlib.contextmanager
+    def _decoding(self, size: int) -> Iterator[None]:
+        """Hold the memory decoding ``size`` bytes may take (``DECODE_FACTOR`` x) from the budget."""
+        need = size * DECODE_FACTOR
+        if not self.budget.reserve(need):
+            raise Unavailable("busy: too many bytes in flight")
+        try:
+            yield
+        finally:
+            self.budget.release(need)
 
     def accept_body(self, body: bytes, content_type: str) -> Encoded:
         """Write one OTLP/HTTP body (protobuf or JSON); raises ``ValueError`` when malformed."""
@@ -145,7 +166,12 @@ class TraceReceiver(TraceServiceServicer):
     def Export(self, request: Any, context: grpc.ServicerContext) -> ExportTraceServiceResponse:
         """The gRPC method. Requests arrive as bytes so a malformed one is ours to answer."""
         size = len(request) if isinstance(request, bytes) else 0
-        if not self.budget.reserve(size):
+        try:
+            reserved = self.budget.reserve(size)
+        except BodyTooLarge as error:
+            self.reject()
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(error))
+        if not reserved:
             self.reject()
             context.abort(grpc.StatusCode.UNAVAILABLE, "busy: too many bytes in flight")
         try:
@@ -153,6 +179,9 @@ class TraceReceiver(TraceServiceServicer):
                 encoded = self.accept_protobuf(request)
             else:
                 encoded = self.accept(request)
+        except BodyTooLarge as error:
+            self.reject()
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(error))
         except (DecodeError, ValueError, RecursionError) as error:
             self.reject()
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed request: {error}")
@@ -263,7 +292,9 @@ class OTLPReceiver:
                 interceptors=interceptors,
                 options=[
                     ("grpc.max_receive_message_length", self.max_body),
-                    ("grpc.max_connection_idle_ms", int(self.idle_timeout * 1000)),
+                    # gRPC connections hold no thread; closing them at a short idle timeout races
+                    # a client starting its next call (GOAWAY, UNAVAILABLE): at least 5 minutes.
+                    ("grpc.max_connection_idle_ms", int(max(self.idle_timeout, 300.0) * 1000)),
                     ("grpc.max_concurrent_streams", self._workers),
                 ],
                 maximum_concurrent_rpcs=self._workers * 2,

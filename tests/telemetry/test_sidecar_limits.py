@@ -290,9 +290,18 @@ class TestBodies:
         port = receiver.http_port or 0
         assert exchange(port, b"GET /v1/traces HTTP/1.1\r\nHost: x\r\n\r\n")[0] == 405
         assert exchange(port, b"\x16\x03\x01 garbage\r\n\r\n")[0] == 400
-        assert (
-            exchange(port, b"POST /v1/traces HTTP/1.1\r\n" + b"X: y\r\n" * 200 + b"\r\n")[0] == 431
-        )
+        many = b"POST /v1/traces HTTP/1.1\r\n" + b"X: y\r\n" * 200 + b"\r\n"
+        assert exchange(port, many)[0] == 431
+        long = b"X: " + b"y" * 60_000 + b"\r\n"
+        assert exchange(port, b"POST /v1/traces HTTP/1.1\r\n" + long * 3 + b"\r\n")[0] == 431
+
+    def test_header_bound_holds_when_a_library_raises_http_clients(
+        self, receiver: OTLPReceiver, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """clickhouse-connect raises http.client's header-count global to 10,000; ours stays 100."""
+        monkeypatch.setattr(http.client, "_MAXHEADERS", 10_000)
+        many = b"POST /v1/traces HTTP/1.1\r\n" + b"X: y\r\n" * 200 + b"\r\n"
+        assert exchange(receiver.http_port or 0, many)[0] == 431
 
 
 def _varint(value: int) -> bytes:
@@ -429,18 +438,54 @@ class TestConnections:
         assert server.active_connections == 0
 
     def test_busy_budget_is_503(self, tmp_path: Path) -> None:
-        """When requests in flight hold the whole byte budget, the next is told to retry (503)."""
+        """While another request holds most of the byte budget, the next is told to retry (503)."""
         server = OTLPReceiver(
-            SpanFileWriter(tmp_path / "b"), grpc_port=None, http_port=0, max_inflight=64
+            SpanFileWriter(tmp_path / "b"), grpc_port=None, http_port=0, max_inflight=100_000
+        ).start()
+        port = server.http_port or 0
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as holder:
+                # 90 kB announced, 10 bytes sent: the budget holds 90 kB while the body is awaited
+                holder.sendall(
+                    post_bytes(b"x" * 10, f"Content-Type: {_PROTOBUF}", "Content-Length: 90000")
+                )
+                time.sleep(0.3)
+                body = spans_request(30).SerializeToString()  # ~1 kB, 32x that to decode
+                status, headers, _ = exchange(
+                    port,
+                    post_bytes(body, f"Content-Type: {_PROTOBUF}", f"Content-Length: {len(body)}"),
+                )
+                assert status == 503
+                assert headers["retry-after"] == "1"
+            time.sleep(0.3)
+            assert (
+                exchange(
+                    port,
+                    post_bytes(body, f"Content-Type: {_PROTOBUF}", f"Content-Length: {len(body)}"),
+                )[0]
+                == 200
+            )
+        finally:
+            server.stop()
+
+    def test_too_large_to_decode_within_the_budget_is_413(self, tmp_path: Path) -> None:
+        """A body whose worst-case decoding exceeds the whole budget is refused for good (413)."""
+        server = OTLPReceiver(
+            SpanFileWriter(tmp_path / "d"), grpc_port=0, http_port=0, max_inflight=10_000
         ).start()
         try:
-            body = spans_request(4).SerializeToString()
-            status, headers, _ = exchange(
+            body = spans_request(30).SerializeToString()
+            status, _, _ = exchange(
                 server.http_port or 0,
                 post_bytes(body, f"Content-Type: {_PROTOBUF}", f"Content-Length: {len(body)}"),
             )
-            assert status == 503
-            assert headers["retry-after"] == "1"
+            assert status == 413
+            with (
+                grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel,
+                pytest.raises(grpc.RpcError) as raised,
+            ):
+                channel.unary_unary(_EXPORT)(body, timeout=5)
+            assert raised.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED  # type: ignore[attr-defined]
         finally:
             server.stop()
 
@@ -461,7 +506,7 @@ class TestGRPCLimits:
 
     def test_gzip_bomb_over_grpc_is_refused(self, receiver: OTLPReceiver) -> None:
         """A message that gzips small but inflates past max_body is refused after inflating."""
-        big = Span(trace_id=b"t" * 16, span_id=b"s" * 8, name="x" * (64 << 20))
+        big = Span(trace_id=b"t" * 16, span_id=b"s" * 8, name="x" * (16 << 20))
         request = ExportTraceServiceRequest(
             resource_spans=[ResourceSpans(scope_spans=[ScopeSpans(spans=[big])])]
         )
@@ -471,7 +516,7 @@ class TestGRPCLimits:
         ) as channel:
             export = channel.unary_unary(_EXPORT)
             with pytest.raises(grpc.RpcError) as raised:
-                export(request.SerializeToString(), timeout=30)
+                export(request.SerializeToString(), timeout=60)
         assert raised.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED  # type: ignore[attr-defined]
         with grpc.insecure_channel(
             f"127.0.0.1:{receiver.grpc_port}", compression=grpc.Compression.Gzip
