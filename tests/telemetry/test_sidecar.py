@@ -171,7 +171,11 @@ class TestCommand:
         """`sidecar` is a click command with the documented options."""
         result = CliRunner().invoke(sidecar, ["--help"])
         assert result.exit_code == 0
-        for option in ("--grpc-port", "--http-port", "--host", "--dir", "--max-bytes"):
+        for option in (
+            "--grpc-port", "--http-port", "--host", "--dir", "--max-bytes", "--token",
+            "--token-file", "--insecure", "--max-body", "--max-inflight", "--max-connections",
+            "--idle-timeout",
+        ):  # fmt: skip
             assert option in result.output
         assert sidecar.name == "sidecar"
 
