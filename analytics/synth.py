@@ -2,7 +2,7 @@
 
 Lines are OTLP JSON ``ExportTraceServiceRequest`` objects exactly as the trail writes them: each
 :class:`Call` becomes ``telemetry.records.SpanRecord`` values and goes through the one encoder
-(``telemetry.records.encode_spans``), so fixtures cannot drift from the trail. Analytics never
+(``telemetry.encoder.encode_spans``), so fixtures cannot drift from the trail. Analytics never
 imports the guard, so the codes this synthetic world uses are listed once in :data:`CODES` with
 their stage and fixability; a test holds them equal to ``guard.codes`` (a fixture may also set a
 call's ``stage``/``fixable`` itself, for domain codes).
@@ -21,13 +21,13 @@ from pathlib import Path
 from typing import IO, Any
 
 from telemetry import attributes as A
+from telemetry.encoder import encode_spans
 from telemetry.records import (
     STATUS_ERROR,
     STATUS_UNSET,
     AttributeValue,
     EventRecord,
     SpanRecord,
-    encode_spans,
     stage_record,
 )
 

@@ -4,7 +4,7 @@ One line is one ``ExportTraceServiceRequest`` in the OTLP/JSON mapping: ``resour
 ``scopeSpans`` -> ``spans``; trace and span ids as lowercase hex (not base64); ``kind`` and status
 ``code`` as integers; 64-bit integers (times, ``intValue``) as decimal strings; empty fields left out.
 
-The encoder is ``telemetry.records`` (re-exported here: ``encode_spans``, ``encode_span``,
+The encoder is ``telemetry.encoder`` (re-exported here: ``encode_spans``, ``encode_span``,
 ``encode_attributes``); ``encode_call`` (``telemetry.spans``) is a guard call through it.
 ``request_to_json`` and ``parse_request`` convert between that text and the protobuf messages, for
 the sidecar receiver and for tests and loaders that want to check a line against the schema; they
@@ -17,6 +17,7 @@ import base64
 import json
 from typing import TYPE_CHECKING, Any
 
+from telemetry.encoder import encode_attributes, encode_request, encode_span, encode_spans
 from telemetry.records import (
     EventRecord,
     KeyValueList,
@@ -24,10 +25,6 @@ from telemetry.records import (
     ResourceGroup,
     ScopeGroup,
     SpanRecord,
-    encode_attributes,
-    encode_request,
-    encode_span,
-    encode_spans,
 )
 
 if TYPE_CHECKING:
@@ -121,7 +118,7 @@ def _pairs(attributes: Any) -> list[tuple[str, Any]]:
 
 
 def request_to_line(request: ExportTraceServiceRequest) -> str:
-    """A received request as one OTLP JSON line, through the one encoder (``telemetry.records``).
+    """A received request as one OTLP JSON line, through the one encoder (``telemetry.encoder``).
 
     What the sidecar writes: the same text ``request_to_json`` makes (a test holds the two equal
     after parsing), several times faster, and in the trail's own encoding.

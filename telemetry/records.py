@@ -1,28 +1,23 @@
-"""Span records and their one OTLP JSON encoder. Imports nothing but the standard library and the contract.
+"""Span records: one span, ready to encode or to replay through a tracer. Standard library only.
 
-A ``SpanRecord`` is one span, ready to encode or to replay through a tracer. Everything that writes
-spans as OTLP JSON goes through ``encode_span``/``encode_spans`` here: the local trail (records built
-from a guard ``Call`` by ``telemetry.spans``), the sidecar (``encode_request_line`` for text it
-received), the benchmarks and the synthetic fixtures (``analytics.synth`` builds records too).
+``SpanRecord`` (with ``EventRecord``, ``LinkRecord``) is what every writer of spans builds: the
+trail from a guard ``Call`` (``telemetry.spans``), the sidecar from what it received
+(``telemetry.otlpjson.request_to_line``), the benchmarks and the synthetic fixtures
+(``analytics.synth``); ``ResourceGroup``/``ScopeGroup`` group them as a request does. The one
+encoder is ``telemetry.encoder``.
 
-The encoding is the OpenTelemetry Collector file exporter's: one line is one
-``ExportTraceServiceRequest``; trace and span ids as lowercase hex; ``kind`` and status ``code`` as
-integers; 64-bit integers (times, ``intValue``) as decimal strings; empty fields left out.
-
-Every string is made encodable first (``encodable``): UTF-8 cannot carry a lone surrogate
+Every string is made encodable here (``encodable``): UTF-8 cannot carry a lone surrogate
 (``"\\ud800"``, which a model can send as a JSON escape), so such characters are replaced by U+FFFD and
-the span says so (``guard.text_replaced``), rather than failing the whole line.
+the span says so (``guard.text_replaced``), rather than failing the whole line. Stage spans have few
+distinct shapes (name, attributes, status), built once each (``stage_shape``).
 """
 
 from __future__ import annotations
 
-import base64
-import json
 import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from json.encoder import encode_basestring
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 from telemetry import attributes as attr
@@ -37,14 +32,12 @@ __all__ = [
     "LinkRecord",
     "ResourceGroup",
     "ScopeGroup",
+    "Shape",
     "SpanRecord",
     "encodable",
     "encodable_attributes",
-    "encode_attributes",
-    "encode_request",
-    "encode_span",
-    "encode_spans",
     "new_ids",
+    "shape_of",
     "stage_record",
 ]
 
@@ -97,10 +90,10 @@ class SpanRecord:
     kind: int = KIND_INTERNAL
     status_code: int = STATUS_UNSET
     status_message: str = ""
-    events: list[EventRecord] = field(default_factory=list)
+    events: Sequence[EventRecord] = ()
     trace_state: str = ""
     flags: int = 0
-    links: list[LinkRecord] = field(default_factory=list)
+    links: Sequence[LinkRecord] = ()
     dropped_attributes_count: int = 0
     dropped_events_count: int = 0
     dropped_links_count: int = 0
@@ -183,15 +176,26 @@ def new_ids(stages: int) -> tuple[str, list[str]]:
 
 # stage spans: few distinct shapes, built once each
 
-_Shape: TypeAlias = tuple[str, tuple[tuple[str, AttributeValue], ...], int, str]
-_shapes: dict[tuple[str, str, str | None, bool | None], _Shape] = {}
+Shape: TypeAlias = tuple[str, tuple[tuple[str, AttributeValue], ...], int, str]
+"""A stage span's name, shared attribute tuple, status code and status message."""
+_Shape = Shape
+_shapes: dict[tuple[str, str, str | None, bool | None], Shape] = {}
+_shape_ids: dict[int, Shape] = {}
+"""id of a cached shape's attribute tuple -> the shape (which holds the tuple, so the id stays its)."""
+
+
+def shape_of(attributes: object) -> Shape | None:
+    """The cached stage shape whose attribute tuple is ``attributes`` (the object), if any."""
+    shape = _shape_ids.get(id(attributes))
+    return shape if shape is not None and shape[1] is attributes else None
 
 
 def stage_shape(name: str, outcome: str, code: str | None, fixable: bool | None = None) -> _Shape:
     """Name, attributes and status of a stage span: few distinct ones, so built once each.
 
     ``code`` is the code the stage ended the call with (its last stage); ``fixable`` goes on a
-    rejecting stage span. The attributes are a tuple shared between spans (and cached by the encoder).
+    rejecting stage span. The attributes are a tuple shared between spans; the encoder caches the
+    text of each shape (``telemetry.encoder.encode_shaped``).
     """
     key = (name, outcome, code, fixable)
     shape = _shapes.get(key)
@@ -214,6 +218,7 @@ def stage_shape(name: str, outcome: str, code: str | None, fixable: bool | None 
         )
         if len(_shapes) < 4096:
             _shapes[key] = shape
+            _shape_ids[id(shape[1])] = shape
     return shape
 
 
@@ -241,252 +246,4 @@ def stage_record(
         attributes=attributes,
         status_code=status_code,
         status_message=status_message,
-    )
-
-
-# the encoder
-
-_escape = encode_basestring
-_CACHE_LIMIT = 8192
-_cache: dict[tuple[str, Any], str] = {}
-_tuples: dict[tuple[tuple[str, Any], ...], str] = {}
-_prefixes: dict[str, str] = {}
-
-
-def _value(value: Any) -> str:
-    """An OTLP ``AnyValue``: the contract's types, and arrays, key-value lists, bytes and empty."""
-    if value is True:
-        return '{"boolValue":true}'
-    if value is False:
-        return '{"boolValue":false}'
-    if isinstance(value, str):
-        return '{"stringValue":' + _escape(value) + "}"
-    if isinstance(value, int):
-        return '{"intValue":"' + str(value) + '"}'
-    if isinstance(value, float):
-        return '{"doubleValue":' + _double(value) + "}"
-    if isinstance(value, KeyValueList):
-        pairs = ",".join(_attribute(key, item) for key, item in value)
-        return '{"kvlistValue":{' + ('"values":[' + pairs + "]" if pairs else "") + "}}"
-    if isinstance(value, list | tuple):
-        values = ",".join(_value(item) for item in value)
-        return '{"arrayValue":{' + ('"values":[' + values + "]" if values else "") + "}}"
-    if isinstance(value, dict):
-        pairs = ",".join(_attribute(key, item) for key, item in value.items())
-        return '{"kvlistValue":{' + ('"values":[' + pairs + "]" if pairs else "") + "}}"
-    if isinstance(value, bytes):
-        return '{"bytesValue":"' + base64.b64encode(value).decode("ascii") + '"}'
-    return "{}"  # an AnyValue with nothing set
-
-
-def _double(value: float) -> str:
-    if value != value or value in (float("inf"), float("-inf")):  # JSON has no NaN: proto3 strings
-        return '"NaN"' if value != value else ('"Infinity"' if value > 0 else '"-Infinity"')
-    return json.dumps(value)
-
-
-def _attribute(key: str, value: Any) -> str:
-    return '{"key":' + _escape(key) + ',"value":' + _value(value) + "}"
-
-
-_LOW_CARDINALITY = frozenset(
-    {
-        attr.GEN_AI_OPERATION_NAME, attr.GEN_AI_TOOL_NAME, attr.GEN_AI_TOOL_TYPE, attr.ERROR_TYPE,
-        attr.CODE, attr.OK, attr.FIXABLE, attr.REJECTED_STAGE, attr.REPLAYED, attr.CONFIRMED,
-        attr.RESUMED, attr.APPROVAL_OUTCOME, attr.ATTEMPTS, attr.OUTCOME, attr.EFFECT, attr.RISK,
-        attr.STEP, attr.TURN, attr.TOOL_VERSION, attr.SCHEMA_HASH, attr.ROLE, attr.UNTRUSTED,
-        attr.INJECTION_DETECTED, attr.INJECTION_RULE, attr.STAGE_NAME, attr.STAGE_OUTCOME,
-        attr.PRINCIPAL, attr.GEN_AI_CONVERSATION_ID, attr.CODE_STAGE,
-    }
-)  # fmt: skip
-"""Keys whose values repeat: their encoded fragments are cached (bounded)."""
-
-
-def encode_attributes(attributes: Sequence[tuple[str, AttributeValue]]) -> str:
-    """``[{"key":...,"value":{...}}, ...]`` for a sequence of attribute pairs.
-
-    Fragments of values that repeat (codes, stages, tools, flags, steps) are cached; a tuple of
-    pairs is cached whole, which is how stage spans share their attributes.
-    """
-    if isinstance(attributes, tuple):
-        whole = _tuples.get(attributes)
-        if whole is not None:
-            return whole
-    cache = _cache
-    low = _LOW_CARDINALITY
-    out = []
-    for key, value in attributes:
-        if key in low and value.__class__ is not list:
-            pair = (key, value)
-            fragment = cache.get(pair)
-            if fragment is None:
-                fragment = _attribute(key, value)
-                if len(cache) < _CACHE_LIMIT:
-                    cache[pair] = fragment
-        else:
-            prefix = _prefixes.get(key)
-            if prefix is None:
-                prefix = _prefixes.setdefault(key, '{"key":' + _escape(key) + ',"value":')
-            if value.__class__ is str:
-                fragment = prefix + '{"stringValue":' + _escape(value) + "}}"
-            else:
-                fragment = prefix + _value(value) + "}"
-        out.append(fragment)
-    encoded = "[" + ",".join(out) + "]"
-    if isinstance(attributes, tuple) and len(_tuples) < _CACHE_LIMIT:
-        _tuples[attributes] = encoded
-    return encoded
-
-
-_tails: dict[tuple[str, tuple[tuple[str, Any], ...], str, int, int], tuple[str, str]] = {}
-
-
-def _parts(span: SpanRecord) -> tuple[str, str]:
-    """The text of a span before its start time and after its end time, ids aside."""
-    name = '"'
-    if span.trace_state:
-        name += ',"traceState":' + _escape(span.trace_state)
-    name += ',"name":' + _escape(span.name)
-    if span.flags:
-        name += ',"flags":' + str(span.flags)
-    name += (',"kind":' + str(span.kind) if span.kind else "") + ',"startTimeUnixNano":"'
-    tail = '"'
-    if span.attributes:
-        tail += ',"attributes":' + encode_attributes(span.attributes)
-    if span.dropped_attributes_count:
-        tail += ',"droppedAttributesCount":' + str(span.dropped_attributes_count)
-    if span.events:
-        events = ",".join(
-            '{"timeUnixNano":"'
-            + str(event.time_ns)
-            + '","name":'
-            + _escape(event.name)
-            + (',"attributes":' + encode_attributes(event.attributes) if event.attributes else "")
-            + "}"
-            for event in span.events
-        )
-        tail += ',"events":[' + events + "]"
-    if span.dropped_events_count:
-        tail += ',"droppedEventsCount":' + str(span.dropped_events_count)
-    if span.links:
-        tail += ',"links":[' + ",".join(_link(link) for link in span.links) + "]"
-    if span.dropped_links_count:
-        tail += ',"droppedLinksCount":' + str(span.dropped_links_count)
-    status = []
-    if span.status_message:
-        status.append('"message":' + _escape(span.status_message))
-    if span.status_code:
-        status.append('"code":' + str(span.status_code))
-    tail += ',"status":{' + ",".join(status) + "}}"
-    return name, tail
-
-
-def _link(link: LinkRecord) -> str:
-    text = '{"traceId":"' + link.trace_id + '","spanId":"' + link.span_id + '"'
-    if link.trace_state:
-        text += ',"traceState":' + _escape(link.trace_state)
-    if link.attributes:
-        text += ',"attributes":' + encode_attributes(link.attributes)
-    if link.dropped_attributes_count:
-        text += ',"droppedAttributesCount":' + str(link.dropped_attributes_count)
-    if link.flags:
-        text += ',"flags":' + str(link.flags)
-    return text + "}"
-
-
-def encode_span(span: SpanRecord) -> str:
-    """One span as an OTLP JSON object.
-
-    Spans that share their shape (stage spans: a shared attribute tuple, no events) reuse the text
-    around their ids and times.
-    """
-    attributes = span.attributes
-    if attributes.__class__ is tuple and not (
-        span.events or span.links or span.trace_state or span.flags or span.dropped_attributes_count
-        or span.dropped_events_count or span.dropped_links_count
-    ):  # fmt: skip
-        key = (span.name, attributes, span.status_message, span.status_code, span.kind)
-        try:
-            parts = _tails.get(key)
-        except TypeError:  # a list value: not hashable, not shared
-            parts = _parts(span)
-        else:
-            if parts is None:
-                parts = _parts(span)
-                if len(_tails) < _CACHE_LIMIT:
-                    _tails[key] = parts
-    else:
-        parts = _parts(span)
-    before, after = parts
-    parent = span.parent_span_id
-    return (
-        '{"traceId":"' + span.trace_id + '","spanId":"' + span.span_id
-        + ('","parentSpanId":"' + parent if parent else "")
-        + before + str(span.start_ns) + '","endTimeUnixNano":"' + str(span.end_ns) + after
-    )  # fmt: skip
-
-
-def encode_request(resources: Iterable[ResourceGroup]) -> str:
-    """One OTLP JSON line (without the newline) of any number of resources and scopes."""
-    out = []
-    for resource in resources:
-        text = '{"resource":{'
-        inner = []
-        if resource.attributes:
-            inner.append('"attributes":' + encode_attributes(resource.attributes))
-        if resource.dropped_attributes_count:
-            inner.append('"droppedAttributesCount":' + str(resource.dropped_attributes_count))
-        text += ",".join(inner) + "}"
-        scopes = []
-        for scope in resource.scopes:
-            head = []
-            if scope.name:
-                head.append('"name":' + _escape(scope.name))
-            if scope.version:
-                head.append('"version":' + _escape(scope.version))
-            if scope.attributes:
-                head.append('"attributes":' + encode_attributes(scope.attributes))
-            if scope.dropped_attributes_count:
-                head.append('"droppedAttributesCount":' + str(scope.dropped_attributes_count))
-            body = ",".join([s if isinstance(s, str) else encode_span(s) for s in scope.spans])
-            group = '{"scope":{' + ",".join(head) + "}"
-            if body:
-                group += ',"spans":[' + body + "]"
-            if scope.schema_url:
-                group += ',"schemaUrl":' + _escape(scope.schema_url)
-            scopes.append(group + "}")
-        if scopes:
-            text += ',"scopeSpans":[' + ",".join(scopes) + "]"
-        if resource.schema_url:
-            text += ',"schemaUrl":' + _escape(resource.schema_url)
-        out.append(text + "}")
-    return '{"resourceSpans":[' + ",".join(out) + "]}"
-
-
-def encode_spans(
-    spans: Iterable[SpanRecord | str],
-    *,
-    resource: Mapping[str, AttributeValue],
-    scope_name: str,
-    scope_version: str = "",
-) -> str:
-    """One OTLP JSON line (without the newline): all ``spans`` under one resource and one scope.
-
-    ``spans`` are records, or text ``encode_span`` already made (joined by commas).
-    """
-    scope = '{"name":' + _escape(encodable(scope_name))
-    if scope_version:
-        scope += ',"version":' + _escape(encodable(scope_version))
-    scope += "}"
-    body = ",".join([span if isinstance(span, str) else encode_span(span) for span in spans])
-    pairs = list(resource.items())
-    encodable_attributes(pairs)
-    return (
-        '{"resourceSpans":[{"resource":{"attributes":'
-        + encode_attributes(pairs)
-        + '},"scopeSpans":[{"scope":'
-        + scope
-        + ',"spans":['
-        + body
-        + "]}]}]}"
     )

@@ -213,3 +213,28 @@ class TestCommand:
         )  # fmt: skip
         assert done.returncode == 0, done.stderr
         assert "verify: OK" in done.stdout
+
+
+class TestSidecarFiles:
+    """What the sidecar writes is chained too, keyed from the environment's masking key."""
+
+    def test_sidecar_lines_verify(self, tmp_path: Path) -> None:
+        """Spans exported over OTLP/gRPC to a real receiver land in chained files that verify."""
+        from telemetry import OTLPReceiver, configure
+
+        writer = SpanFileWriter(tmp_path / "sidecar", chain_key=CHAIN_KEY)
+        receiver = OTLPReceiver(writer, grpc_port=0, http_port=None).start()
+        try:
+            handle = configure(
+                trail=False, otlp=True, otlp_endpoint=f"http://127.0.0.1:{receiver.grpc_port}",
+                otlp_protocol="grpc", otlp_timeout=5, metrics=False, masking_key=KEY,
+            )  # fmt: skip
+            for _ in range(3):
+                handle.observer.call_ended(*make_call())
+            assert handle.force_flush(10)
+            handle.shutdown()
+        finally:
+            receiver.stop()
+        report = verify([tmp_path / "sidecar"], key=CHAIN_KEY)
+        assert report.ok, report.problems
+        assert report.keyed == writer.lines >= 1

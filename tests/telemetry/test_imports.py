@@ -33,7 +33,7 @@ class TestContractAlone:
         "statement",
         [
             "from telemetry import attributes",
-            "import telemetry.records, telemetry.otlpjson",
+            "import telemetry.records, telemetry.encoder, telemetry.otlpjson",
             "import analytics",
             "import analytics.cli, analytics.metrics, analytics.reconstruct",
             "import dashboards",
@@ -53,7 +53,7 @@ class TestContractAlone:
     def test_encoding_a_record_needs_no_guard(self) -> None:
         """A span record encodes to an OTLP line without the guard or the SDK."""
         statement = (
-            "from telemetry.records import SpanRecord, encode_spans\n"
+            "from telemetry.records import SpanRecord\nfrom telemetry.encoder import encode_spans\n"
             "line = encode_spans([SpanRecord(trace_id='0'*32, span_id='1'*16, parent_span_id='',"
             " name='x', start_ns=1, end_ns=2, attributes=[('k', 'v')])],"
             " resource={'service.name': 's'}, scope_name='callgate.telemetry')\n"

@@ -163,6 +163,34 @@ class TestCompleteness:
 
 
 class TestOneEncoder:
+    def test_encode_call_is_encode_span_of_the_records(self) -> None:
+        """encode_call writes exactly what encode_span makes of build_call_spans' records, for every
+        shop path (retries included): the stage spans' cached text is the records' encoding."""
+        from guard.testing import ManualClock, RecordingObserver
+        from telemetry import build_call_spans, encode_call
+        from telemetry.encoder import encode_span
+
+        from .shop_paths import build_guard, drive
+
+        def without_ids(text: str) -> list[dict[str, object]]:
+            spans = json.loads("[" + text + "]")
+            for span in spans:
+                for key in ("traceId", "spanId", "parentSpanId"):
+                    span.pop(key, None)
+            return spans
+
+        recorder = RecordingObserver()
+        clock = ManualClock()
+        guard, backend = build_guard(recorder, clock)
+        drive(guard, backend, clock)
+        masker = Masker(key=KEY)
+        for call, result in [*recorder.ended, make_call(retries=2)]:
+            fast = encode_call(call, result, masker, capture_content=True)
+            records = build_call_spans(call, result, masker, capture_content=True)
+            general = ",".join(encode_span(record) for record in records)
+            assert without_ids(fast) == without_ids(general)
+            assert len(fast) == len(general)  # ids are fixed-width: the text is the same size
+
     def test_every_shop_path_encodes_as_protobuf_would(self) -> None:
         """For every shop path, twice (the second time from the shared stage-span text), the line
         the trail writes is exactly what protobuf's JSON mapping makes of it."""
