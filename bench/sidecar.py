@@ -192,7 +192,9 @@ def spans_on_disk(directory: str) -> int:
             for line in lines:
                 data = json.loads(line)
                 total += sum(
-                    len(s.get("spans", ())) for g in data["resourceSpans"] for s in g.get("scopeSpans", ())
+                    len(s.get("spans", ()))
+                    for g in data["resourceSpans"]
+                    for s in g.get("scopeSpans", ())
                 )
     return total
 

@@ -152,7 +152,9 @@ class TraceReceiver(TraceServiceServicer):
                 log.error("sidecar: could not write spans: %s", error)
                 with self._lock:
                     self.stats.write_errors += 1
-                raise Unavailable(f"spans could not be stored: {error.strerror or error}") from error
+                raise Unavailable(
+                    f"spans could not be stored: {error.strerror or error}"
+                ) from error
         with self._lock:
             self.stats.requests += 1
             self.stats.spans += encoded.spans
@@ -257,8 +259,9 @@ class OTLPReceiver:
         if not is_loopback(host):
             if token is None and not insecure:
                 raise ValueError(
-                    f"refusing to bind {host!r} (not loopback) without a bearer token; "
-                    "give a token, or insecure=True to accept spans from anyone who can reach it"
+                    f"refusing to bind {host!r} (not loopback) without a bearer token; give one "
+                    "(--token-file, CALLGATE_SIDECAR_TOKEN; token=...), or --insecure "
+                    "(insecure=True) to accept spans from anyone who can reach it"
                 )
             if token is None:
                 log.warning("sidecar: binding %s with no authentication (insecure)", host)
