@@ -14,6 +14,10 @@ receiver's encoders swapped for the path the sidecar used before (``_check`` wal
 kept; the ratio is new over baseline. The server's peak RSS is reported too (memory bounded).
 
 Run: ``.venv/bin/python bench/sidecar.py [--seconds 6] [--clients 2] [--spans 512]``.
+
+``--bomb`` measures memory instead: the peak RSS of ``callgate sidecar`` while clients send 1 MiB
+gzip bodies that inflate to 1 GiB; ``--tree`` runs another source tree's sidecar, for the before
+figure: ``git archive main | tar -x -C /tmp/main && bench/sidecar.py --bomb --tree /tmp/main``.
 """
 
 from __future__ import annotations
@@ -233,14 +237,106 @@ def run(
     }
 
 
+def bomb_rss(tree: str, clients: int, each: int) -> str:
+    """Peak RSS of ``callgate sidecar`` (from source ``tree``) while ``clients`` threads each send
+    ``each`` 1 MiB gzip bodies that inflate to 1 GiB of zeros over OTLP/HTTP."""
+    import subprocess
+    import threading
+    import zlib
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    code = "import sys; from telemetry.cli import sidecar; sidecar(sys.argv[1:])"
+    with tempfile.TemporaryDirectory() as directory:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                code,
+                "--dir",
+                directory,
+                "--grpc-port",
+                "-1",
+                "--http-port",
+                str(port),
+            ],
+            cwd=tree,
+            env={**os.environ, "PYTHONPATH": tree},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        packer = zlib.compressobj(9, zlib.DEFLATED, 31)
+        zeros = bytes(1 << 20)
+        bomb = b"".join(packer.compress(zeros) for _ in range(1024)) + packer.flush()
+        head = (
+            "POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
+            f"Content-Encoding: gzip\r\nContent-Length: {len(bomb)}\r\n\r\n"
+        ).encode()
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+
+        def peak() -> int:
+            for line in Path(f"/proc/{process.pid}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) // 1024
+            return -1
+
+        idle = peak()
+        answers: list[str] = []
+
+        def send() -> None:
+            for _ in range(each):
+                with socket.create_connection(("127.0.0.1", port), timeout=300) as sock:
+                    sock.sendall(head + bomb)
+                    sock.shutdown(socket.SHUT_WR)
+                    first = sock.recv(64)
+                    answers.append(first.split(b" ")[1].decode() if first else "no answer")
+
+        threads = [threading.Thread(target=send) for _ in range(clients)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        result = peak()
+        process.terminate()
+        process.wait(30)
+    return (
+        f"compression bomb: {len(bomb) / 2**20:.2f} MiB gzip -> 1024 MiB, {clients} clients x {each}: "
+        f"answers {sorted(set(answers))}, sidecar peak RSS {result} MiB (idle {idle} MiB)"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--bomb",
+        action="store_true",
+        help="instead: the sidecar's peak RSS under gzip bombs (see --tree, --bomb-clients)",
+    )
+    parser.add_argument(
+        "--tree",
+        default=str(Path(__file__).resolve().parents[1]),
+        help="source tree whose sidecar --bomb runs (e.g. an export of main)",
+    )
+    parser.add_argument("--bomb-clients", type=int, default=1)
+    parser.add_argument("--bomb-each", type=int, default=1)
     parser.add_argument("--seconds", type=float, default=6.0)
     parser.add_argument("--clients", type=int, default=2)
     parser.add_argument("--spans", type=int, default=512, help="spans per request")
     parser.add_argument("--rounds", type=int, default=2, help="baseline/new pairs per protocol")
     parser.add_argument("--protocol", choices=PROTOCOLS, action="append")
     args = parser.parse_args()
+    if args.bomb:
+        print(bomb_rss(args.tree, args.bomb_clients, args.bomb_each))
+        return
     requests = make_requests(args.spans)
     encodings = {
         "grpc": [r.SerializeToString() for r in requests],
