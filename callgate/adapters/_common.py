@@ -22,6 +22,8 @@ from guard.errors import ConfigurationError
 from guard.pipeline import Guard, Session
 from guard.registry import Handler, ToolContext
 from guard.result import ToolResult
+from guard.stages.idempotency import proposal_key
+from guard.stores.base import PendingAction
 
 __all__ = [
     "HUMAN_CODES",
@@ -32,6 +34,7 @@ __all__ = [
     "framework_context",
     "handler_for",
     "model_text",
+    "pending_for",
     "signature_model",
 ]
 
@@ -105,6 +108,25 @@ def handler_for(call: Callable[[BaseModel], Any], *, is_async: bool) -> Handler:
         return call(args)
 
     return run
+
+
+def pending_for(guard: Guard, session: Session, tool: str, arguments: Any) -> PendingAction | None:
+    """The action of ``session`` waiting for a human for exactly this call, if any.
+
+    Found by the proposal key the confirm stage filed it under (session, tool, canonical validated
+    arguments), so a host can resume a run in another process without carrying the id along.
+    """
+    spec = guard.registry.get(tool)
+    if spec is None:
+        return None
+    try:
+        parsed = json.loads(arguments) if isinstance(arguments, str) else arguments
+        canonical = spec.canonical(spec.validate(parsed))
+    except ValueError:  # not JSON, or not valid: nothing can be pending for it
+        return None
+    key = proposal_key(session.id, spec.name, canonical)
+    action: PendingAction | None = guard.env.approvals.find_pending(key, now=guard.env.clock.now())
+    return action
 
 
 def approval_for(guard: Guard, session: Session, approval_id: str, tool: str) -> str:
