@@ -14,6 +14,7 @@ from analytics.cli import export_command, load_command, report_command, trace_co
 from dashboards.cli import dashboard
 from guard.replay import Replayer, load_factory, shop_target
 from telemetry.cli import sidecar
+from telemetry.verify import verify_command
 
 __all__ = ["main"]
 
@@ -45,7 +46,9 @@ def replay(scenario: TextIO, app: str | None, table: bool) -> None:
         click.echo(json.dumps(record, ensure_ascii=False))
 
 
-for command in (sidecar, load_command, report_command, trace_command, export_command, dashboard):
+for command in (
+    sidecar, load_command, report_command, trace_command, export_command, dashboard, verify_command
+):
     main.add_command(command)
 
 
