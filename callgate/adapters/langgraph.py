@@ -28,9 +28,9 @@
   tool node runs again: the tool finds its pending action by the call's arguments and goes
   straight to the decision, so the pipeline does not count the proposal twice. With
   ``interrupts=False`` (plain LangChain), the model gets the pending result instead.
-- **Tracing.** When LangChain is traced with OpenTelemetry (OpenInference's LangChain
-  instrumentation, which tracks its spans by run instead of making them current), callgate's call
-  span is parented on the tool run's span; a current OTel span always wins.
+- **Tracing.** When LangChain is traced with OpenTelemetry by a callback handler that tracks its
+  spans by run instead of making them current (OpenInference's LangChain instrumentation),
+  callgate's call span is parented on the tool run's span; a current OTel span always wins.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables.config import var_child_runnable_config
 from langchain_core.tools import BaseTool, ToolException
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -216,7 +217,7 @@ def _tool_span_current() -> Iterator[None]:
     if trace.get_current_span().get_span_context().is_valid:
         yield
         return
-    span = _openinference_span()
+    span = _instrumentation_span()
     if span is None:
         yield
         return
@@ -227,13 +228,21 @@ def _tool_span_current() -> Iterator[None]:
         otel_context.detach(token)
 
 
-def _openinference_span() -> trace.Span | None:
-    try:
-        from openinference.instrumentation.langchain import get_current_span
-    except ImportError:
+def _instrumentation_span() -> trace.Span | None:
+    """The tool run's span, from a LangChain callback handler that tracks OTel spans by run id
+    (``get_span(run_id)``, as OpenInference's ``OpenInferenceTracer`` does)."""
+    config = var_child_runnable_config.get()
+    manager = config.get("callbacks") if isinstance(config, dict) else None
+    run_id = getattr(manager, "parent_run_id", None)
+    if run_id is None:
         return None
-    span: trace.Span | None = get_current_span()
-    return span
+    for handler in getattr(manager, "handlers", ()):
+        get_span = getattr(handler, "get_span", None)
+        if callable(get_span):
+            span = get_span(run_id)
+            if isinstance(span, trace.Span):
+                return span
+    return None
 
 
 def tool_specs(tools: Sequence[BaseTool], *, options: ToolOptions | None = None) -> list[ToolSpec]:
