@@ -75,6 +75,9 @@ __all__ = ["GuardTools", "agents_trace_context", "session_from_context", "tool_s
 
 SessionOf = Callable[[RunContextWrapper[Any]], Session]
 
+_MAX_EARLY = 10_000
+"""Answers kept between the approval check and the invocation (normally one per call in flight)."""
+
 
 def session_from_context(wrapper: RunContextWrapper[Any]) -> Session:
     """The session in the run's context: ``context`` itself, or ``context.session``."""
@@ -133,6 +136,8 @@ class GuardTools:
             result = await session.aexecute(name, params, call_id=call_id)
         if result.code in HUMAN_CODES and result.approval_id is not None:
             return True
+        if len(self._early) >= _MAX_EARLY:  # runs that stopped before invoking: keep it bounded
+            self._early.clear()
         self._early[(session.id, call_id)] = result
         return False
 
