@@ -214,3 +214,27 @@ class TestWrappedTools:
         assert seen["w2"]["data"] == {"value": "sent 500"}
         assert seen["w3"]["replayed"] is True
         assert SENT == [("CUS-1", 500)]
+
+
+class TestAsync:
+    """The same conversation through graph.ainvoke: the tool's async path."""
+
+    @pytest.fixture
+    def anyio_backend(self) -> str:
+        return "asyncio"
+
+    @pytest.mark.anyio
+    async def test_async_conversation(self, shop: ShopApp) -> None:
+        """ainvoke: the refund interrupts, is approved, runs once, and the duplicate replays."""
+        graph = build_graph(guard_tools(shop.guard), refund_replies())
+        config: RunnableConfig = {"configurable": {"thread_id": "conv-a"}}
+        deps = Deps(session=shop.session("conv-a", "CUS-1"))
+        first = await graph.ainvoke({"messages": [("user", "Refund")]}, config, context=deps)
+        assert first["__interrupt__"][0].value["tool"] == "refund_order"
+        second = await graph.ainvoke(
+            Command(resume=decision(True, by="agent-7")), config, context=deps
+        )
+        after = tool_messages(second)
+        assert json.loads(after["c3"].content)["code"] == "OK"
+        assert json.loads(after["c4"].content)["replayed"] is True
+        assert shop.backend.side_effects == 1

@@ -165,6 +165,25 @@ class TestConversation:
         assert str(shop.guard.pending(approval_id).state) == "denied"
         assert shop.backend.side_effects == 0
 
+    async def test_tainted_session_defers_the_write(self, shop: ShopApp) -> None:
+        """After untrusted policy text, the injected refund waits for a human as TAINTED_CONTEXT."""
+        injected = {**REFUND, "order_id": "ORD-1003", "amount_cents": 2590}
+        script = Script(
+            iter(
+                [
+                    call("search_refund_policy", {"query": "partial refunds"}, "c1"),
+                    call("get_order", {"order_id": "ORD-1003"}, "c2"),
+                    call("refund_order", injected, "c3"),
+                ]
+            )
+        )
+        result = await make_agent(shop, script).run(
+            "Can I get a partial refund?", deps=Deps(session=shop.session("t", "CUS-1"))
+        )
+        assert isinstance(result.output, DeferredToolRequests)
+        assert result.output.metadata["c3"]["code"] == "TAINTED_CONTEXT"
+        assert shop.backend.side_effects == 0
+
     async def test_not_fixable_rejection_is_a_failed_tool_result(self, shop: ShopApp) -> None:
         """A refund before get_order is fixable (retry); a viewer's refund fails without a retry."""
         script = Script(iter([call("refund_order", REFUND, "c1"), text("I cannot.")]))
