@@ -7,6 +7,11 @@
 Import the module of your framework; this package imports none of them.
 """
 
-from callgate.adapters._common import current_framework_context, model_text, signature_model
+from callgate.adapters._common import (
+    current_framework_context,
+    current_tool_context,
+    model_text,
+    signature_model,
+)
 
-__all__ = ["current_framework_context", "model_text", "signature_model"]
+__all__ = ["current_framework_context", "current_tool_context", "model_text", "signature_model"]

@@ -30,6 +30,7 @@ __all__ = [
     "ToolOptions",
     "approval_for",
     "current_framework_context",
+    "current_tool_context",
     "fields_of",
     "framework_context",
     "handler_for",
@@ -50,9 +51,22 @@ framework_context: ContextVar[Any] = ContextVar("callgate_framework_context", de
 ``ToolContext``, a ``RunnableConfig``): a wrapped tool that takes one gets it from here."""
 
 
+guard_context: ContextVar[ToolContext | None] = ContextVar("callgate_guard_context", default=None)
+"""The guard's ``ToolContext`` of the attempt a wrapped tool is running in."""
+
+
 def current_framework_context() -> Any:
     """The framework context of the call being run, or None outside one."""
     return framework_context.get()
+
+
+def current_tool_context() -> ToolContext | None:
+    """For a framework tool the guard runs: the guard's ``ToolContext`` of this attempt.
+
+    A wrapped write sends ``current_tool_context().idempotency_key`` to its backend, the same key on
+    every retry of the call, as guard tools do with ``ctx.idempotency_key``.
+    """
+    return guard_context.get()
 
 
 def model_text(result: ToolResult) -> str:
@@ -100,12 +114,20 @@ def handler_for(call: Callable[[BaseModel], Any], *, is_async: bool) -> Handler:
     if is_async:
 
         async def run_async(args: BaseModel, ctx: ToolContext) -> Any:
-            return await call(args)
+            token = guard_context.set(ctx)
+            try:
+                return await call(args)
+            finally:
+                guard_context.reset(token)
 
         return run_async
 
     def run(args: BaseModel, ctx: ToolContext) -> Any:
-        return call(args)
+        token = guard_context.set(ctx)
+        try:
+            return call(args)
+        finally:
+            guard_context.reset(token)
 
     return run
 

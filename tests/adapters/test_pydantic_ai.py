@@ -23,6 +23,7 @@ from pydantic_ai.models.instrumented import InstrumentationSettings
 from pydantic_ai.tools import DeferredToolRequests
 from pydantic_ai.toolsets import FunctionToolset
 
+from callgate.adapters import current_tool_context
 from callgate.adapters.pydantic_ai import APPROVAL_KEY, GuardToolset, decide, tool_specs
 from guard import Effect, Guard, Principal, Session
 from guard.errors import ConfigurationError
@@ -237,6 +238,7 @@ class ShopDeps:
     def __init__(self, session: Session) -> None:
         self.session = session
         self.vouchers: list[tuple[str, int]] = []
+        self.keys: list[str | None] = []
 
 
 def lookup_customer(ctx: RunContext[ShopDeps], customer_id: str) -> dict[str, Any]:
@@ -256,6 +258,9 @@ def send_voucher(ctx: RunContext[ShopDeps], customer_id: str, amount_cents: int)
         amount_cents: Integer cents: 5.00 is 500.
     """
     ctx.deps.vouchers.append((customer_id, amount_cents))
+    guard_ctx = current_tool_context()
+    assert guard_ctx is not None
+    ctx.deps.keys.append(guard_ctx.idempotency_key)
     return {"sent": amount_cents}
 
 
@@ -296,6 +301,7 @@ class TestWrappedTools:
         assert returns["w1"]["data"] == {"customer_id": "CUS-1", "vouchers": 0}
         assert returns["w4"]["replayed"] is True
         assert deps.vouchers == [("CUS-1", 500)]
+        assert len(deps.keys) == 1 and deps.keys[0]  # the write got the guard's idempotency key
 
     def test_schema_is_the_signature(self) -> None:
         """The model sees the function's schema, closed, with the docstring's field hints."""
