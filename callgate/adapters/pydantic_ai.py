@@ -212,7 +212,7 @@ def decide(
 
 
 def tool_specs(
-    tools: FunctionToolset[Any] | Sequence[Tool[Any] | Callable[..., Any]],
+    tools: AbstractToolset[Any] | Sequence[Tool[Any] | Callable[..., Any]],
     *,
     options: ToolOptions | None = None,
 ) -> list[ToolSpec]:
@@ -224,6 +224,11 @@ def tool_specs(
     options = options or {}
     if isinstance(tools, FunctionToolset):
         found = list(tools.tools.values())
+    elif isinstance(tools, AbstractToolset):
+        raise ConfigurationError(
+            f"{tools.label} has no Python functions to build argument models from: wrap a "
+            "FunctionToolset or function tools, or declare the tools with guard.tool"
+        )
     else:
         found = [item if isinstance(item, Tool) else Tool(item) for item in tools]
     return [_spec(tool, options.get(tool.name, {})) for tool in found]

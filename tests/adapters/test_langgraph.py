@@ -215,6 +215,14 @@ class TestWrappedTools:
         assert seen["w3"]["replayed"] is True
         assert SENT == [("CUS-1", 500)]
 
+    def test_a_json_schema_tool_is_refused(self) -> None:
+        """A tool with a dict args_schema cannot be validated strictly, so it is refused."""
+        (guard_tool,) = guard_tools(
+            Guard(tools=tool_specs([send_voucher]), policy=Policy(roles={}))
+        )
+        with pytest.raises(ConfigurationError):
+            tool_specs([guard_tool])
+
 
 class TestAsync:
     """The same conversation through graph.ainvoke: the tool's async path."""

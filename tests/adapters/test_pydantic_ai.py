@@ -20,8 +20,8 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.instrumented import InstrumentationSettings
-from pydantic_ai.tools import DeferredToolRequests
-from pydantic_ai.toolsets import FunctionToolset
+from pydantic_ai.tools import DeferredToolRequests, ToolDefinition
+from pydantic_ai.toolsets import ExternalToolset, FunctionToolset
 
 from callgate.adapters import current_tool_context
 from callgate.adapters.pydantic_ai import APPROVAL_KEY, GuardToolset, decide, tool_specs
@@ -302,6 +302,12 @@ class TestWrappedTools:
         assert returns["w4"]["replayed"] is True
         assert deps.vouchers == [("CUS-1", 500)]
         assert len(deps.keys) == 1 and deps.keys[0]  # the write got the guard's idempotency key
+
+    def test_a_toolset_without_functions_is_refused(self) -> None:
+        """An ExternalToolset has only JSON schemas: wrapping it is a configuration error."""
+        external = ExternalToolset([ToolDefinition(name="remote")])
+        with pytest.raises(ConfigurationError):
+            tool_specs(external)
 
     def test_schema_is_the_signature(self) -> None:
         """The model sees the function's schema, closed, with the docstring's field hints."""
