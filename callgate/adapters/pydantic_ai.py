@@ -25,6 +25,8 @@
   decides with ``decide(guard, requests, approvals, by=...)`` and runs the agent again with the
   returned ``DeferredToolResults``: an approved call resumes the pending action inside the new
   run (rules run again, then it executes); a denied one is denied in the guard before the run.
+  The approved call finds its pending action by its arguments, so arguments changed on approval
+  (``override_args``) match none and are refused.
 - **Tracing.** The call runs inside Pydantic AI's ``execute_tool`` span when the agent is
   instrumented, so callgate's call span (the telemetry observer parents it on the current span)
   nests under it.
@@ -57,6 +59,7 @@ from callgate.adapters._common import (
     framework_context,
     handler_for,
     model_text,
+    pending_for,
     signature_model,
 )
 from guard.errors import ConfigurationError
@@ -132,24 +135,34 @@ class GuardToolset(AbstractToolset[Any]):
         token = framework_context.set(ctx)
         try:
             if ctx.tool_call_approved:
-                result = await self._resume(session, name, ctx)
+                result = await self._resume(session, name, tool_args, ctx)
             else:
                 result = await session.aexecute(name, tool_args, call_id=ctx.tool_call_id)
         finally:
             framework_context.reset(token)
         return _answer(self.guard, result)
 
-    async def _resume(self, session: Session, name: str, ctx: RunContext[Any]) -> ToolResult:
+    async def _resume(
+        self, session: Session, name: str, tool_args: dict[str, Any], ctx: RunContext[Any]
+    ) -> ToolResult:
+        """The host approved: resume the pending action of exactly these arguments.
+
+        The action is the one the call's arguments were filed under, so plain
+        ``DeferredToolResults(approvals={id: True})`` works too (the approver is then "host");
+        arguments changed on approval (``ToolApproved(override_args=...)``) match no action, since
+        the approval is bound to what the approver was shown.
+        """
         metadata = ctx.tool_call_metadata or {}
-        approval_id = metadata.get(APPROVAL_KEY)
-        if not isinstance(approval_id, str):
+        action = pending_for(self.guard, session, name, tool_args)
+        approval_id = metadata.get(APPROVAL_KEY, action.id if action is not None else None)
+        if action is None or approval_id != action.id:
             raise ConfigurationError(
-                "an approved call needs its approval id: build the DeferredToolResults with "
-                "callgate.adapters.pydantic_ai.decide()"
+                f"no pending {name!r} action of session {session.id!r} for these arguments "
+                "(expired, decided, or arguments changed on approval)"
             )
-        approval_for(self.guard, session, approval_id, name)
+        approval_for(self.guard, session, action.id, name)
         by = str(metadata.get(APPROVER_KEY) or "host")
-        return await self.guard.aapprove(approval_id, by=by)
+        return await self.guard.aapprove(action.id, by=by)
 
 
 def _definition(spec: ToolSpec) -> ToolDefinition:

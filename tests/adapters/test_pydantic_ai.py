@@ -20,7 +20,12 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.instrumented import InstrumentationSettings
-from pydantic_ai.tools import DeferredToolRequests, ToolDefinition
+from pydantic_ai.tools import (
+    DeferredToolRequests,
+    DeferredToolResults,
+    ToolApproved,
+    ToolDefinition,
+)
 from pydantic_ai.toolsets import ExternalToolset, FunctionToolset
 
 from callgate.adapters import current_tool_context
@@ -28,7 +33,7 @@ from callgate.adapters.pydantic_ai import APPROVAL_KEY, GuardToolset, decide, to
 from guard import Effect, Guard, Principal, Session
 from guard.errors import ConfigurationError
 from guard.policy import Policy, RolePolicy
-from guard.shop import ShopApp, shop_policy
+from guard.shop import ShopApp, build_shop, shop_policy
 from tests.adapters.conftest import REFUND, Traced
 
 pytestmark = pytest.mark.anyio
@@ -165,6 +170,37 @@ class TestConversation:
         assert json.loads(denied[0].content)["code"] == "CONFIRMATION_DENIED"
         assert str(shop.guard.pending(approval_id).state) == "denied"
         assert shop.backend.side_effects == 0
+
+    async def test_plain_approval_and_changed_arguments(self, shop: ShopApp) -> None:
+        """A plain True approval resumes the action; arguments changed on approval are refused."""
+        for override, expected in ((None, 1), ({**REFUND, "amount_cents": 9000}, 0)):
+            shop = build_shop()
+            script = Script(
+                iter(
+                    [
+                        call("get_order", {"order_id": "ORD-1001"}, "c1"),
+                        call("refund_order", REFUND, "c2"),
+                        text("Done."),
+                    ]
+                )
+            )
+            agent = make_agent(shop, script)
+            deps = Deps(session=shop.session("conv-p", "CUS-1"))
+            first = await agent.run("Refund ORD-1001", deps=deps)
+            approval = ToolApproved(override_args=override) if override else True
+            results = DeferredToolResults(approvals={"c2": approval})
+            if override is None:
+                await agent.run(
+                    message_history=first.all_messages(), deferred_tool_results=results, deps=deps
+                )
+            else:
+                with pytest.raises(ConfigurationError):
+                    await agent.run(
+                        message_history=first.all_messages(),
+                        deferred_tool_results=results,
+                        deps=deps,
+                    )
+            assert shop.backend.side_effects == expected
 
     async def test_tainted_session_defers_the_write(self, shop: ShopApp) -> None:
         """After untrusted policy text, the injected refund waits for a human as TAINTED_CONTEXT."""
