@@ -180,6 +180,26 @@ class TestConversation:
         assert outputs(result)["c1"]["code"] == "PREREQUISITE_MISSING"
         assert [call.step for call, _ in observer.ended] == [1]
 
+    async def test_approved_garbage_is_invalid_json(self, shop: ShopApp) -> None:
+        """The SDK asks about unparsable arguments itself; approved, the guard says INVALID_JSON."""
+        model = ScriptedModel(
+            [
+                [function_call("refund_order", "{not json", call_id="c1")],
+                [assistant_message("Sorry.")],
+            ]
+        )
+        gate = GuardTools(shop.guard)
+        agent = Agent(name="support", model=model, tools=gate.tools())
+        deps = Deps(session=shop.session("conv-g", "CUS-1"))
+        first = await Runner.run(agent, "Refund", context=deps)
+        (item,) = first.interruptions
+        assert gate.pending(deps.session, item) is None  # nothing of callgate's is waiting
+        state = first.to_state()
+        state.approve(item)
+        second = await Runner.run(agent, state, context=deps)
+        assert outputs(second)["c1"]["code"] == "INVALID_JSON"
+        assert shop.backend.side_effects == 0
+
     async def test_session_comes_from_the_context(self, shop: ShopApp) -> None:
         """A context without a session is a configuration error, not a global session."""
         model = ScriptedModel(
