@@ -47,7 +47,12 @@ def traced() -> Iterator[Traced]:
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     handle = telemetry.configure(
-        trail=False, otlp=False, metrics=False, tracer_provider=provider, masking_key="test-key"
+        trail=False,
+        otlp=False,
+        metrics=False,
+        tracer_provider=provider,
+        masking_key="test-key",
+        mask_logs=False,  # a process-wide logging filter: not what these tests are about
     )
     yield Traced(provider=provider, exporter=exporter, telemetry=handle)
     handle.shutdown(5)
