@@ -58,10 +58,11 @@ def chain_key(masking_key: bytes) -> bytes:
     return hmac.digest(masking_key, b"callgate trail chain v1", "sha256")
 
 
-def _mac(key: bytes | None, header: bytes, payload: bytes) -> str:
-    if key is None:
-        return hashlib.sha256(header + b"\n" + payload).hexdigest()
-    return hmac.new(key, header + b"\n" + payload, "sha256").hexdigest()
+def _mac(key: bytes | None, header: bytes, payload: bytes | memoryview) -> str:
+    digest = hashlib.sha256() if key is None else hmac.new(key, digestmod="sha256")
+    digest.update(header + b"\n")
+    digest.update(payload)  # no copy of the line
+    return digest.hexdigest()
 
 
 class Chain:
@@ -84,15 +85,18 @@ class Chain:
 
     def link(self, line: bytes) -> bytes:
         """``line`` (an OTLP JSON request, no newline) with its chain resource appended."""
+        return b"".join(self.link_parts(line))
+
+    def link_parts(self, line: bytes) -> tuple[memoryview, bytes]:
+        """``link`` as two pieces to join (or write) without copying the line."""
         if not (line.startswith(b'{"resourceSpans":[') and line.endswith(b"]}")):
             raise ValueError("not an OTLP JSON line that ends its resourceSpans: cannot chain it")
         self.seq += 1
         header = f"{VERSION}:{self._mode}:{self.id}:{self.seq}:{self.prev}".encode()
         mac = _mac(self._key, header, line)
         self.prev = mac
-        body = line[:-2]
-        separator = b"" if body.endswith(b"[") else b","
-        return body + separator + _HEAD + header + b":" + mac.encode() + _TAIL
+        separator = b"" if line.endswith(b"[]}") else b","
+        return memoryview(line)[:-2], separator + _HEAD + header + b":" + mac.encode() + _TAIL
 
 
 @dataclass(frozen=True, slots=True)

@@ -68,8 +68,9 @@ def install(masker: Masker, names: Iterable[str] = LOGGERS) -> MaskingFilter:
     return masking
 
 
-def uninstall(names: Iterable[str] = LOGGERS) -> None:
-    """Take callgate's masking filters off the named loggers and their children."""
+def uninstall(names: Iterable[str] = LOGGERS, *, only: MaskingFilter | None = None) -> None:
+    """Take callgate's masking filters (or just ``only``) off the named loggers and their children."""
     for logger in _targets(tuple(names)):
         for existing in [f for f in logger.filters if isinstance(f, MaskingFilter)]:
-            logger.removeFilter(existing)
+            if only is None or existing is only:
+                logger.removeFilter(existing)

@@ -449,10 +449,11 @@ class Masker:
         before the detectors run (``"\\u0034\\u0031..."`` is a card too), and the values of
         schema-sensitive fields are masked whole wherever a ``"field":`` appears.
         """
-        try:
-            return self.json(json.loads(raw), sensitive)
-        except (ValueError, RecursionError):
-            pass
+        if sensitive:  # JSON that parses: its sensitive fields by name
+            try:
+                return self.json(json.loads(raw), sensitive)
+            except (ValueError, RecursionError):
+                pass
         text = self._scan_window(raw)
         if "\\" in text:
             text = _decode_escapes(text)

@@ -17,7 +17,18 @@ import base64
 import json
 from typing import TYPE_CHECKING, Any
 
-from telemetry.records import encode_attributes, encode_span, encode_spans
+from telemetry.records import (
+    EventRecord,
+    KeyValueList,
+    LinkRecord,
+    ResourceGroup,
+    ScopeGroup,
+    SpanRecord,
+    encode_attributes,
+    encode_request,
+    encode_span,
+    encode_spans,
+)
 
 if TYPE_CHECKING:
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -29,6 +40,7 @@ __all__ = [  # noqa: F822 - encode_call is loaded on use
     "encode_spans",
     "parse_request",
     "request_to_json",
+    "request_to_line",
 ]
 
 
@@ -90,3 +102,90 @@ def request_to_json(request: ExportTraceServiceRequest) -> str:
     data = json_format.MessageToDict(request, use_integers_for_enums=True)
     data = _ids_to(data, _base64_to_hex)
     return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+
+
+def _any(value: Any) -> Any:
+    """A protobuf ``AnyValue`` as the Python value the encoder writes back."""
+    kind = value.WhichOneof("value")
+    if kind is None:
+        return None
+    if kind == "array_value":
+        return [_any(item) for item in value.array_value.values]
+    if kind == "kvlist_value":
+        return KeyValueList((pair.key, _any(pair.value)) for pair in value.kvlist_value.values)
+    return getattr(value, kind)
+
+
+def _pairs(attributes: Any) -> list[tuple[str, Any]]:
+    return [(pair.key, _any(pair.value)) for pair in attributes]
+
+
+def request_to_line(request: ExportTraceServiceRequest) -> str:
+    """A received request as one OTLP JSON line, through the one encoder (``telemetry.records``).
+
+    What the sidecar writes: the same text ``request_to_json`` makes (a test holds the two equal
+    after parsing), several times faster, and in the trail's own encoding.
+    """
+    resources = []
+    for resource_spans in request.resource_spans:
+        scopes = []
+        for scope_spans in resource_spans.scope_spans:
+            scope = scope_spans.scope
+            spans = [
+                SpanRecord(
+                    trace_id=span.trace_id.hex(),
+                    span_id=span.span_id.hex(),
+                    parent_span_id=span.parent_span_id.hex(),
+                    trace_state=span.trace_state,
+                    flags=span.flags,
+                    name=span.name,
+                    kind=span.kind,
+                    start_ns=span.start_time_unix_nano,
+                    end_ns=span.end_time_unix_nano,
+                    attributes=_pairs(span.attributes),
+                    dropped_attributes_count=span.dropped_attributes_count,
+                    events=[
+                        EventRecord(
+                            name=event.name,
+                            time_ns=event.time_unix_nano,
+                            attributes=_pairs(event.attributes),
+                        )
+                        for event in span.events
+                    ],
+                    dropped_events_count=span.dropped_events_count,
+                    links=[
+                        LinkRecord(
+                            trace_id=link.trace_id.hex(),
+                            span_id=link.span_id.hex(),
+                            trace_state=link.trace_state,
+                            attributes=_pairs(link.attributes),
+                            dropped_attributes_count=link.dropped_attributes_count,
+                            flags=link.flags,
+                        )
+                        for link in span.links
+                    ],
+                    dropped_links_count=span.dropped_links_count,
+                    status_code=span.status.code,
+                    status_message=span.status.message,
+                )
+                for span in scope_spans.spans
+            ]
+            scopes.append(
+                ScopeGroup(
+                    name=scope.name,
+                    version=scope.version,
+                    attributes=_pairs(scope.attributes),
+                    dropped_attributes_count=scope.dropped_attributes_count,
+                    spans=spans,
+                    schema_url=scope_spans.schema_url,
+                )
+            )
+        resources.append(
+            ResourceGroup(
+                attributes=_pairs(resource_spans.resource.attributes),
+                dropped_attributes_count=resource_spans.resource.dropped_attributes_count,
+                scopes=scopes,
+                schema_url=resource_spans.schema_url,
+            )
+        )
+    return encode_request(resources)

@@ -16,11 +16,12 @@ the span says so (``guard.text_replaced``), rather than failing the whole line.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from json.encoder import encode_basestring
 from typing import Any, TypeAlias
 
@@ -32,10 +33,17 @@ __all__ = [
     "STATUS_UNSET",
     "AttributeValue",
     "EventRecord",
+    "KeyValueList",
+    "LinkRecord",
+    "ResourceGroup",
+    "ScopeGroup",
+    "Shape",
     "SpanRecord",
     "encodable",
     "encodable_attributes",
     "encode_attributes",
+    "encode_request",
+    "encode_shaped",
     "encode_span",
     "encode_spans",
     "new_ids",
@@ -61,8 +69,24 @@ class EventRecord:
 
 
 @dataclass(slots=True, kw_only=True)
+class LinkRecord:
+    """A link from a span to another span (OTLP ``Span.Link``)."""
+
+    trace_id: str
+    span_id: str
+    trace_state: str = ""
+    attributes: Sequence[tuple[str, Any]] = ()
+    dropped_attributes_count: int = 0
+    flags: int = 0
+
+
+@dataclass(slots=True, kw_only=True)
 class SpanRecord:
-    """One span, ready to encode or replay through a tracer. Ids are lowercase hex."""
+    """One span, ready to encode or replay through a tracer. Ids are lowercase hex.
+
+    callgate's own spans use the first fields; the rest carry what other OTLP clients send
+    (the sidecar), encoded only when set.
+    """
 
     trace_id: str
     span_id: str
@@ -75,7 +99,39 @@ class SpanRecord:
     kind: int = KIND_INTERNAL
     status_code: int = STATUS_UNSET
     status_message: str = ""
-    events: list[EventRecord] = field(default_factory=list)
+    events: Sequence[EventRecord] = ()
+    trace_state: str = ""
+    flags: int = 0
+    links: Sequence[LinkRecord] = ()
+    dropped_attributes_count: int = 0
+    dropped_events_count: int = 0
+    dropped_links_count: int = 0
+
+
+@dataclass(slots=True, kw_only=True)
+class ScopeGroup:
+    """Spans under one instrumentation scope (OTLP ``ScopeSpans``)."""
+
+    name: str = ""
+    version: str = ""
+    attributes: Sequence[tuple[str, Any]] = ()
+    dropped_attributes_count: int = 0
+    spans: Sequence[SpanRecord | str] = ()
+    schema_url: str = ""
+
+
+@dataclass(slots=True, kw_only=True)
+class ResourceGroup:
+    """Scopes under one resource (OTLP ``ResourceSpans``)."""
+
+    attributes: Sequence[tuple[str, Any]] = ()
+    dropped_attributes_count: int = 0
+    scopes: Sequence[ScopeGroup] = ()
+    schema_url: str = ""
+
+
+class KeyValueList(list[tuple[str, Any]]):
+    """An OTLP ``kvlistValue``: key-value pairs in order (keys may repeat)."""
 
 
 # encodable text
@@ -129,8 +185,10 @@ def new_ids(stages: int) -> tuple[str, list[str]]:
 
 # stage spans: few distinct shapes, built once each
 
-_Shape: TypeAlias = tuple[str, tuple[tuple[str, AttributeValue], ...], int, str]
-_shapes: dict[tuple[str, str, str | None, bool | None], _Shape] = {}
+Shape: TypeAlias = tuple[str, tuple[tuple[str, AttributeValue], ...], int, str]
+"""A stage span's name, shared attribute tuple, status code and status message."""
+_Shape = Shape
+_shapes: dict[tuple[str, str, str | None, bool | None], Shape] = {}
 
 
 def stage_shape(name: str, outcome: str, code: str | None, fixable: bool | None = None) -> _Shape:
@@ -160,6 +218,14 @@ def stage_shape(name: str, outcome: str, code: str | None, fixable: bool | None 
         )
         if len(_shapes) < 4096:
             _shapes[key] = shape
+            name_, attributes_, status_code, status_message = shape
+            record = SpanRecord(
+                trace_id="", span_id="", parent_span_id="", name=name_, start_ns=0, end_ns=0,
+                attributes=attributes_, status_code=status_code, status_message=status_message,
+            )  # fmt: skip
+            _shape_text[id(attributes_)] = (
+                attributes_, name_, status_code, status_message, _parts(record)
+            )
     return shape
 
 
@@ -199,7 +265,8 @@ _tuples: dict[tuple[tuple[str, Any], ...], str] = {}
 _prefixes: dict[str, str] = {}
 
 
-def _value(value: AttributeValue) -> str:
+def _value(value: Any) -> str:
+    """An OTLP ``AnyValue``: the contract's types, and arrays, key-value lists, bytes and empty."""
     if value is True:
         return '{"boolValue":true}'
     if value is False:
@@ -209,12 +276,28 @@ def _value(value: AttributeValue) -> str:
     if isinstance(value, int):
         return '{"intValue":"' + str(value) + '"}'
     if isinstance(value, float):
-        return '{"doubleValue":' + json.dumps(value) + "}"
-    values = ",".join('{"stringValue":' + _escape(item) + "}" for item in value)
-    return '{"arrayValue":{"values":[' + values + "]}}"
+        return '{"doubleValue":' + _double(value) + "}"
+    if isinstance(value, KeyValueList):
+        pairs = ",".join(_attribute(key, item) for key, item in value)
+        return '{"kvlistValue":{' + ('"values":[' + pairs + "]" if pairs else "") + "}}"
+    if isinstance(value, list | tuple):
+        values = ",".join(_value(item) for item in value)
+        return '{"arrayValue":{' + ('"values":[' + values + "]" if values else "") + "}}"
+    if isinstance(value, dict):
+        pairs = ",".join(_attribute(key, item) for key, item in value.items())
+        return '{"kvlistValue":{' + ('"values":[' + pairs + "]" if pairs else "") + "}}"
+    if isinstance(value, bytes):
+        return '{"bytesValue":"' + base64.b64encode(value).decode("ascii") + '"}'
+    return "{}"  # an AnyValue with nothing set
 
 
-def _attribute(key: str, value: AttributeValue) -> str:
+def _double(value: float) -> str:
+    if value != value or value in (float("inf"), float("-inf")):  # JSON has no NaN: proto3 strings
+        return '"NaN"' if value != value else ('"Infinity"' if value > 0 else '"-Infinity"')
+    return json.dumps(value)
+
+
+def _attribute(key: str, value: Any) -> str:
     return '{"key":' + _escape(key) + ',"value":' + _value(value) + "}"
 
 
@@ -267,15 +350,25 @@ def encode_attributes(attributes: Sequence[tuple[str, AttributeValue]]) -> str:
     return encoded
 
 
-_tails: dict[tuple[str, tuple[tuple[str, Any], ...], str, int], tuple[str, str]] = {}
+_shape_text: dict[int, tuple[tuple[tuple[str, Any], ...], str, int, str, tuple[str, str]]] = {}
+"""id of a stage shape's attribute tuple -> (the tuple, name, status, its text around ids and
+times). The entry holds the tuple, so the id cannot be reused while it is cached."""
 
 
 def _parts(span: SpanRecord) -> tuple[str, str]:
     """The text of a span before its start time and after its end time, ids aside."""
-    name = '","name":' + _escape(span.name) + ',"kind":' + str(span.kind) + ',"startTimeUnixNano":"'
+    name = '"'
+    if span.trace_state:
+        name += ',"traceState":' + _escape(span.trace_state)
+    name += ',"name":' + _escape(span.name)
+    if span.flags:
+        name += ',"flags":' + str(span.flags)
+    name += (',"kind":' + str(span.kind) if span.kind else "") + ',"startTimeUnixNano":"'
     tail = '"'
     if span.attributes:
         tail += ',"attributes":' + encode_attributes(span.attributes)
+    if span.dropped_attributes_count:
+        tail += ',"droppedAttributesCount":' + str(span.dropped_attributes_count)
     if span.events:
         events = ",".join(
             '{"timeUnixNano":"'
@@ -287,14 +380,32 @@ def _parts(span: SpanRecord) -> tuple[str, str]:
             for event in span.events
         )
         tail += ',"events":[' + events + "]"
+    if span.dropped_events_count:
+        tail += ',"droppedEventsCount":' + str(span.dropped_events_count)
+    if span.links:
+        tail += ',"links":[' + ",".join(_link(link) for link in span.links) + "]"
+    if span.dropped_links_count:
+        tail += ',"droppedLinksCount":' + str(span.dropped_links_count)
+    status = []
+    if span.status_message:
+        status.append('"message":' + _escape(span.status_message))
     if span.status_code:
-        if span.status_message:
-            tail += f',"status":{{"message":{_escape(span.status_message)},"code":{span.status_code}}}}}'
-        else:
-            tail += f',"status":{{"code":{span.status_code}}}}}'
-    else:
-        tail += ',"status":{}}'
+        status.append('"code":' + str(span.status_code))
+    tail += ',"status":{' + ",".join(status) + "}}"
     return name, tail
+
+
+def _link(link: LinkRecord) -> str:
+    text = '{"traceId":"' + link.trace_id + '","spanId":"' + link.span_id + '"'
+    if link.trace_state:
+        text += ',"traceState":' + _escape(link.trace_state)
+    if link.attributes:
+        text += ',"attributes":' + encode_attributes(link.attributes)
+    if link.dropped_attributes_count:
+        text += ',"droppedAttributesCount":' + str(link.dropped_attributes_count)
+    if link.flags:
+        text += ',"flags":' + str(link.flags)
+    return text + "}"
 
 
 def encode_span(span: SpanRecord) -> str:
@@ -304,26 +415,89 @@ def encode_span(span: SpanRecord) -> str:
     around their ids and times.
     """
     attributes = span.attributes
-    if attributes.__class__ is tuple and not span.events:
-        key = (span.name, attributes, span.status_message, span.status_code)
-        try:
-            parts = _tails.get(key)
-        except TypeError:  # a list value: not hashable, not shared
-            parts = _parts(span)
-        else:
-            if parts is None:
-                parts = _parts(span)
-                if len(_tails) < _CACHE_LIMIT:
-                    _tails[key] = parts
+    shared = _shape_text.get(id(attributes))
+    if (
+        shared is not None
+        and shared[0] is attributes
+        and shared[1] == span.name
+        and shared[2] == span.status_code
+        and shared[3] == span.status_message
+        and span.kind == KIND_INTERNAL
+        and not (
+            span.events or span.links or span.trace_state or span.flags
+            or span.dropped_attributes_count or span.dropped_events_count or span.dropped_links_count
+        )
+    ):  # fmt: skip
+        parts = shared[4]
     else:
         parts = _parts(span)
+    return _assemble(span.trace_id, span.span_id, span.parent_span_id, parts, span.start_ns, span.end_ns)
+
+
+def _assemble(
+    trace_id: str, span_id: str, parent: str, parts: tuple[str, str], start_ns: int, end_ns: int
+) -> str:
     before, after = parts
-    parent = span.parent_span_id
     return (
-        '{"traceId":"' + span.trace_id + '","spanId":"' + span.span_id
+        '{"traceId":"' + trace_id + '","spanId":"' + span_id
         + ('","parentSpanId":"' + parent if parent else "")
-        + before + str(span.start_ns) + '","endTimeUnixNano":"' + str(span.end_ns) + after
+        + before + str(start_ns) + '","endTimeUnixNano":"' + str(end_ns) + after
     )  # fmt: skip
+
+
+def encode_shaped(
+    trace_id: str, span_id: str, parent_span_id: str, shape: _Shape, start_ns: int, end_ns: int
+) -> str:
+    """``encode_span`` of the stage span with that shape (``stage_shape``), without the record:
+    the same text, from the shape's cached text (a test holds the two equal)."""
+    entry = _shape_text.get(id(shape[1]))
+    if entry is None or entry[0] is not shape[1]:
+        name, attributes, status_code, status_message = shape
+        return encode_span(
+            SpanRecord(
+                trace_id=trace_id, span_id=span_id, parent_span_id=parent_span_id, name=name,
+                start_ns=start_ns, end_ns=end_ns, attributes=attributes, status_code=status_code,
+                status_message=status_message,
+            )
+        )  # fmt: skip
+    return _assemble(trace_id, span_id, parent_span_id, entry[4], start_ns, end_ns)
+
+
+def encode_request(resources: Iterable[ResourceGroup]) -> str:
+    """One OTLP JSON line (without the newline) of any number of resources and scopes."""
+    out = []
+    for resource in resources:
+        text = '{"resource":{'
+        inner = []
+        if resource.attributes:
+            inner.append('"attributes":' + encode_attributes(resource.attributes))
+        if resource.dropped_attributes_count:
+            inner.append('"droppedAttributesCount":' + str(resource.dropped_attributes_count))
+        text += ",".join(inner) + "}"
+        scopes = []
+        for scope in resource.scopes:
+            head = []
+            if scope.name:
+                head.append('"name":' + _escape(scope.name))
+            if scope.version:
+                head.append('"version":' + _escape(scope.version))
+            if scope.attributes:
+                head.append('"attributes":' + encode_attributes(scope.attributes))
+            if scope.dropped_attributes_count:
+                head.append('"droppedAttributesCount":' + str(scope.dropped_attributes_count))
+            body = ",".join([s if isinstance(s, str) else encode_span(s) for s in scope.spans])
+            group = '{"scope":{' + ",".join(head) + "}"
+            if body:
+                group += ',"spans":[' + body + "]"
+            if scope.schema_url:
+                group += ',"schemaUrl":' + _escape(scope.schema_url)
+            scopes.append(group + "}")
+        if scopes:
+            text += ',"scopeSpans":[' + ",".join(scopes) + "]"
+        if resource.schema_url:
+            text += ',"schemaUrl":' + _escape(resource.schema_url)
+        out.append(text + "}")
+    return '{"resourceSpans":[' + ",".join(out) + "]}"
 
 
 def encode_spans(

@@ -215,6 +215,7 @@ class Telemetry:
         meter_provider: MeterProvider | None,
         counters: Sequence[CountingSpanProcessor | CountingSpanExporter],
         masker: Masker,
+        log_filter: logfilter.MaskingFilter | None = None,
     ) -> None:
         self.observer = observer
         """Pass this to the guard (``observer=``)."""
@@ -227,6 +228,7 @@ class Telemetry:
         self.masker = masker
         """The masker every sink uses."""
         self._counters = tuple(counters)
+        self._log_filter = log_filter
         self._closed = False
 
     @property
@@ -266,6 +268,8 @@ class Telemetry:
             self.tracer_provider.shutdown()
         if self.meter_provider is not None:
             self.meter_provider.shutdown(int(timeout * 1000))
+        if self._log_filter is not None:
+            logfilter.uninstall(only=self._log_filter)
 
 
 def _resource_attributes(resource: Resource) -> dict[str, AttributeValue]:
@@ -387,8 +391,7 @@ def configure(
     )
     if capture_content is None:
         capture_content = bool(_env_flag("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"))
-    if mask_logs:
-        logfilter.install(masker)
+    log_filter = logfilter.install(masker) if mask_logs else None
 
     if _env_flag("OTEL_SDK_DISABLED"):
         return Telemetry(
@@ -398,6 +401,7 @@ def configure(
             meter_provider=None,
             counters=(),
             masker=masker,
+            log_filter=log_filter,
         )
 
     base: dict[str, Any] = dict(resource_attributes or {})
@@ -524,4 +528,5 @@ def configure(
         meter_provider=own_meters,
         counters=counters,
         masker=masker,
+        log_filter=log_filter,
     )

@@ -10,7 +10,7 @@ OpenTelemetry tracer) are fed from these records, through one encoder (``telemet
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, TypeAlias
 
 from guard.call import Call
 from guard.codes import Code
@@ -22,12 +22,15 @@ from telemetry.records import (
     STATUS_UNSET,
     AttributeValue,
     EventRecord,
+    Shape,
     SpanRecord,
+    _shapes,
     encodable,
     encodable_attributes,
+    encode_shaped,
     encode_span,
     new_ids,
-    stage_record,
+    stage_shape,
 )
 
 __all__ = [
@@ -56,19 +59,19 @@ def _masked_arguments(call: Call, masker: Masker) -> str | None:
     return None
 
 
-def build_call_spans(
+_Stage: TypeAlias = tuple[str, Shape, int, int, list[EventRecord] | None]
+"""A stage span in a call's layout: span id, shape, start, end, retry events (execute only)."""
+
+
+def _layout(
     call: Call,
     result: ToolResult,
     masker: Masker,
-    *,
-    capture_content: bool = False,
-    parent: tuple[str, str] | None = None,
-) -> list[SpanRecord]:
-    """The call span first, then one span per stage, in the order the stages ran.
-
-    ``parent`` is ``(trace_id, span_id)`` in hex of the host's span that was current when the call
-    ended, so the call joins the agent's trace; otherwise the call span starts a trace of its own.
-    """
+    capture_content: bool,
+    parent: tuple[str, str] | None,
+    check_text: bool,
+) -> tuple[SpanRecord, list[_Stage]]:
+    """The call span's record and its stage spans: the one place a call's spans are laid out."""
     chain, marks = call.chain, call.marks
     ran = max(len(marks) - 1, 0)  # stage i ran from marks[i] to marks[i + 1]
     trace_id, span_ids = new_ids(ran)
@@ -78,39 +81,30 @@ def build_call_spans(
         parent_id = ""
     call_span_id = span_ids[0]
     code = result.code
-    tool_name, attributes = call_attributes(call, result, masker, capture_content)
-    end_ns = call.end_ns or (marks[-1] if marks else call.start_ns)
+    tool_name, attributes = call_attributes(call, result, masker, capture_content, check_text)
     code_text = str(code)
-    spans = [
-        SpanRecord(
-            trace_id=trace_id,
-            span_id=call_span_id,
-            parent_span_id=parent_id,
-            name=attr.CALL_SPAN_PREFIX + tool_name,
-            start_ns=call.start_ns,
-            end_ns=end_ns,
-            attributes=attributes,
-            status_code=STATUS_UNSET if result.ok else STATUS_ERROR,
-            status_message="" if result.ok else code_text,
-        )
-    ]
+    head = SpanRecord(
+        trace_id=trace_id,
+        span_id=call_span_id,
+        parent_span_id=parent_id,
+        name=attr.CALL_SPAN_PREFIX + tool_name,
+        start_ns=call.start_ns,
+        end_ns=call.end_ns or (marks[-1] if marks else call.start_ns),
+        attributes=attributes,
+        status_code=STATUS_UNSET if result.ok else STATUS_ERROR,
+        status_message="" if result.ok else code_text,
+    )
     last_outcome = "final" if result.ok else "reject"
     fixable = _fixable(code)
+    shapes = _shapes
+    stages: list[_Stage] = []
     for index in range(ran):
         last = index == ran - 1
-        record = stage_record(
-            trace_id=trace_id,
-            span_id=span_ids[index + 1],
-            parent_span_id=call_span_id,
-            stage=chain[index],
-            outcome=last_outcome if last else "pass",
-            code=code_text if last else None,
-            fixable=fixable if last else None,
-            start_ns=marks[index],
-            end_ns=marks[index + 1],
-        )
+        key = (chain[index], last_outcome if last else "pass", code_text if last else None,
+               fixable if last else None)  # fmt: skip
+        events = None
         if call.retries and chain[index] == "execute":
-            record.events = [
+            events = [
                 EventRecord(
                     name=attr.RETRY_EVENT,
                     time_ns=retry.at_ns,
@@ -122,8 +116,47 @@ def build_call_spans(
                 )
                 for retry in call.retries
             ]
-        spans.append(record)
-    return spans
+        stages.append(
+            (span_ids[index + 1], shapes.get(key) or stage_shape(*key), marks[index],
+             marks[index + 1], events)
+        )  # fmt: skip
+    return head, stages
+
+
+def build_call_spans(
+    call: Call,
+    result: ToolResult,
+    masker: Masker,
+    *,
+    capture_content: bool = False,
+    parent: tuple[str, str] | None = None,
+    check_text: bool = True,
+) -> list[SpanRecord]:
+    """The call span first, then one span per stage, in the order the stages ran.
+
+    ``parent`` is ``(trace_id, span_id)`` in hex of the host's span that was current when the call
+    ended, so the call joins the agent's trace; otherwise the call span starts a trace of its own.
+    ``check_text`` makes every string encodable (``guard.text_replaced`` says when it had to); the
+    trail skips it and calls again with it only for a call whose text does not encode.
+    """
+    head, stages = _layout(call, result, masker, capture_content, parent, check_text)
+    records = [head]
+    for span_id, (name, attributes, status_code, status_message), start, end, events in stages:
+        records.append(
+            SpanRecord(
+                trace_id=head.trace_id,
+                span_id=span_id,
+                parent_span_id=head.span_id,
+                name=name,
+                start_ns=start,
+                end_ns=end,
+                attributes=attributes,
+                status_code=status_code,
+                status_message=status_message,
+                events=events or (),
+            )
+        )
+    return records
 
 
 def encode_call(
@@ -133,14 +166,29 @@ def encode_call(
     *,
     capture_content: bool = False,
     parent: tuple[str, str] | None = None,
+    check_text: bool = True,
 ) -> str:
     """The spans of one finished call as OTLP JSON span objects, comma-separated.
 
-    ``build_call_spans`` through ``telemetry.records.encode_span``; ``encode_spans`` wraps the
-    result of one or more calls into a line.
+    The text ``encode_span`` makes of each of ``build_call_spans``'s records (a test holds them
+    equal), from the same layout; stage spans come from their shape's cached text
+    (``encode_shaped``) rather than a record each. ``encode_spans`` wraps calls into a line.
     """
-    records = build_call_spans(call, result, masker, capture_content=capture_content, parent=parent)
-    return ",".join([encode_span(record) for record in records])
+    head, stages = _layout(call, result, masker, capture_content, parent, check_text)
+    trace_id, call_span_id = head.trace_id, head.span_id
+    parts = [encode_span(head)]
+    for span_id, shape, start, end, events in stages:
+        if events:
+            name, attributes, status_code, status_message = shape
+            record = SpanRecord(
+                trace_id=trace_id, span_id=span_id, parent_span_id=call_span_id, name=name,
+                start_ns=start, end_ns=end, attributes=attributes, status_code=status_code,
+                status_message=status_message, events=events,
+            )  # fmt: skip
+            parts.append(encode_span(record))
+        else:
+            parts.append(encode_shaped(trace_id, span_id, call_span_id, shape, start, end))
+    return ",".join(parts)
 
 
 def _fixable(code: Any) -> bool:
@@ -153,7 +201,7 @@ def _code_stage(code: Any) -> str | None:
 
 
 def call_attributes(
-    call: Call, result: ToolResult, masker: Masker, capture_content: bool
+    call: Call, result: ToolResult, masker: Masker, capture_content: bool, check_text: bool = True
 ) -> tuple[str, list[tuple[str, AttributeValue]]]:
     """The (encodable) tool name as the span name shows it, and the call span's attributes."""
     code = result.code
@@ -224,7 +272,7 @@ def call_attributes(
         data: Any = call.result_data if call.result_data is not None else result.data
         if data is not None:
             items.append((attr.GEN_AI_TOOL_CALL_RESULT, masker.json(data)))
-    if encodable_attributes(items):
+    if check_text and encodable_attributes(items):
         items.append((attr.TEXT_REPLACED, True))
         tool_name = encodable(tool_name)
     return tool_name, items

@@ -36,6 +36,14 @@ log = logging.getLogger(__name__)
 _FILE_SUFFIX = ".jsonl"
 
 
+def _encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 class TrailWriteError(OSError):
     """Lines could not be written (disk full, I/O error); the file was cut back to whole lines."""
 
@@ -104,15 +112,18 @@ class SpanFileWriter:
                 log.exception("could not close %s", self.files[-1])
             self._fd = None
 
-    def _encode(self, line: str) -> bytes:
+    def _encode(self, line: str | bytes) -> bytes:
+        if isinstance(line, bytes):
+            return line
         try:
             return line.encode("utf-8")
         except UnicodeEncodeError:  # a lone surrogate: only ever inside a JSON string
             self.replaced_lines += 1
             return encodable(line).encode("utf-8")
 
-    def write_lines(self, lines: list[str]) -> None:
-        """Append ``lines`` (each without its newline) as whole, chained lines; rotate first when full.
+    def write_lines(self, lines: list[str] | list[bytes]) -> None:
+        """Append ``lines`` (each without its newline; text, or UTF-8 bytes) as whole, chained
+        lines; rotate first when full.
 
         Raises ``TrailWriteError`` when the write fails; the file then ends at its last whole line
         (or, if it cannot be cut back, the next write starts a new file), the lines are counted in
@@ -122,7 +133,11 @@ class SpanFileWriter:
             return
         with self._lock:
             mark = self._chain.mark()
-            data = b"".join(self._chain.link(self._encode(line)) + b"\n" for line in lines)
+            pieces: list[bytes | memoryview] = []
+            for line in lines:
+                pieces.extend(self._chain.link_parts(self._encode(line)))
+                pieces.append(b"\n")
+            data = b"".join(pieces)
             try:
                 fd = self._fd
                 if fd is None or (self._size > 0 and self._size + len(data) > self._max_bytes):
@@ -205,37 +220,59 @@ class TrailSink:
 
     def _write(self, batch: list[tuple[Call, ToolResult, Any]]) -> None:
         spans: list[str] = []
+        built: list[tuple[Call, ToolResult, Any]] = []
         count = 0
-        masker = self._masker
-        capture = self._capture_content
-        for call, result, parent in batch:
-            expected = max(len(call.marks), 1)
-            try:
-                link = None
-                if parent is not None:
-                    link = (format(parent.trace_id, "032x"), format(parent.span_id, "016x"))
-                spans.append(encode_call(call, result, masker, capture_content=capture, parent=link))
-            except Exception:  # one bad record must not cost the batch
-                log.exception("could not build the spans of call %r", encodable(str(call.call_id)))
-                self.errors += 1
-                self.lost_spans += expected
-                continue
-            count += expected
+        for item in batch:
+            text = self._encode(*item, check_text=False)
+            if text is not None:
+                spans.append(text)
+                built.append(item)
+                count += max(len(item[0].marks), 1)
         if not spans:
             return
         try:
-            line = encode_spans(
-                spans,
-                resource=self._resource,
-                scope_name=attr.INSTRUMENTATION_SCOPE,
-                scope_version=self._scope_version,
-            )
-            self.writer.write_lines([line])
+            try:
+                data = self._line(spans).encode("utf-8")
+            except UnicodeEncodeError:  # a call held text UTF-8 cannot carry: redo those calls
+                spans = [
+                    text if _encodes(text) else (self._encode(*item, check_text=True) or "")
+                    for text, item in zip(spans, built, strict=True)
+                ]
+                data = self._line([text for text in spans if text]).encode("utf-8")
+            self.writer.write_lines([data])
         except Exception:
             self.lost_spans += count
             log.exception("the trail lost %d spans", count)
             return
         self.spans += count
+
+    def _encode(self, call: Call, result: ToolResult, parent: Any, *, check_text: bool) -> str | None:
+        """The call's spans as text, or None (counted) when they cannot be built."""
+        try:
+            link = None
+            if parent is not None:
+                link = (format(parent.trace_id, "032x"), format(parent.span_id, "016x"))
+            return encode_call(
+                call,
+                result,
+                self._masker,
+                capture_content=self._capture_content,
+                parent=link,
+                check_text=check_text,
+            )
+        except Exception:  # one bad record must not cost the batch
+            log.exception("could not build the spans of call %r", encodable(str(call.call_id)))
+            self.errors += 1
+            self.lost_spans += max(len(call.marks), 1)
+            return None
+
+    def _line(self, spans: list[str]) -> str:
+        return encode_spans(
+            spans,
+            resource=self._resource,
+            scope_name=attr.INSTRUMENTATION_SCOPE,
+            scope_version=self._scope_version,
+        )
 
     def force_flush(self, timeout: float | None = None) -> bool:
         """Wait until every queued call is on disk."""

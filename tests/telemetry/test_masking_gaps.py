@@ -246,3 +246,25 @@ class TestLinearTime:
             start = time.perf_counter()
             function(value)
             assert time.perf_counter() - start < 0.1
+
+
+class TestLogFilterLifetime:
+    """The masking filter lives as long as the telemetry that installed it."""
+
+    def test_installed_then_removed(self, tmp_path: Path) -> None:
+        """configure() puts one filter on the guard logger; shutdown() takes it off again."""
+        from telemetry.logfilter import MaskingFilter
+
+        def ours() -> list[logging.Filter]:
+            return [f for f in logging.getLogger("guard").filters if isinstance(f, MaskingFilter)]
+
+        first = configure(trail=False, masking_key=KEY, metrics=False)
+        second = configure(trail=False, masking_key=KEY, metrics=False)
+        assert len(ours()) == 1
+        first.shutdown()
+        assert len(ours()) == 1  # the second one's stays
+        second.shutdown()
+        assert ours() == []
+        untouched = configure(trail=False, masking_key=KEY, metrics=False, mask_logs=False)
+        assert ours() == []
+        untouched.shutdown()
