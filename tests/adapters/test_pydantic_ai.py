@@ -354,6 +354,24 @@ class TestWrappedTools:
         assert schema["properties"]["amount_cents"]["description"] == "Integer cents: 5.00 is 500."
 
 
-def test_shop_policy_is_used(shop: ShopApp) -> None:
-    """The toolset's retry budget defaults to the policy's invalid-call budget."""
-    assert GuardToolset(shop.guard).max_retries == shop_policy().max_invalid_in_a_row
+class TestToolset:
+    """The toolset's own settings."""
+
+    def test_retry_budget_is_the_policy_s(self, shop: ShopApp) -> None:
+        """The toolset's retry budget defaults to the policy's invalid-call budget."""
+        assert GuardToolset(shop.guard).max_retries == shop_policy().max_invalid_in_a_row
+
+    async def test_tools_subset_and_schemas(self, shop: ShopApp) -> None:
+        """tools= limits what the model sees; each definition carries the argument model's schema."""
+        toolset = GuardToolset(shop.guard, tools=["get_order"])
+        seen: list[Any] = []
+
+        def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+            seen.extend(info.function_tools)
+            return text("hi")
+
+        agent = Agent(FunctionModel(model), deps_type=Deps, toolsets=[toolset])
+        await agent.run("hi", deps=Deps(session=shop.session("s", "CUS-1")))
+        (definition,) = seen
+        assert definition.name == "get_order"
+        assert definition.parameters_json_schema["properties"]["order_id"]["pattern"]
