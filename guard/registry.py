@@ -227,6 +227,9 @@ class ToolSpec:
     """The contract's version; bump it (or add a ``_v2`` tool) when the arguments change."""
     sensitive_fields: frozenset[str] = frozenset()
     """Argument names whose values never leave the process unmasked."""
+    constraints: tuple[str, ...] = ()
+    """Rules across fields, in words, for the model's description (``model_description``). The
+    docstrings of the argument model's ``model_validator``s are added: write the rule once."""
 
     def __post_init__(self) -> None:
         if self.arguments.model_config.get("extra") != "forbid":
@@ -261,6 +264,7 @@ class ToolSpec:
             if isinstance(info.json_schema_extra, dict) and info.json_schema_extra.get("sensitive")
         )
         object.__setattr__(self, "sensitive_fields", self.sensitive_fields | sensitive)
+        object.__setattr__(self, "constraints", self.constraints + _validator_rules(self.arguments))
         # pydantic's validator and serializer called directly: half the cost of model_validate and
         # model_dump_json, which matters on a path every call takes.
         object.__setattr__(self, "_validator", self.arguments.__pydantic_validator__)
@@ -285,6 +289,20 @@ class ToolSpec:
         """Strict validation of decoded JSON into the argument model; raises ``ValidationError``."""
         model: BaseModel = self._validator.validate_python(data, strict=True)  # type: ignore[attr-defined]
         return model
+
+    def validate_json(self, text: str) -> BaseModel:
+        """Strict validation of JSON text: what JSON spells one way only (an array for a tuple, ISO
+        text for a date) is accepted, nothing is coerced; raises ``ValidationError``."""
+        model: BaseModel = self._validator.validate_json(text, strict=True)  # type: ignore[attr-defined]
+        return model
+
+    @property
+    def model_description(self) -> str:
+        """The description the model sees: ``description``, then the rules across fields."""
+        if not self.constraints:
+            return self.description
+        rules = "\n".join(f"- {rule}" for rule in self.constraints)
+        return f"{self.description}\n\nRules across fields (checked before anything runs):\n{rules}"
 
     def canonical(self, arguments: BaseModel) -> str:
         """Compact JSON in declaration order: equal calls give equal text, however they were sent."""
@@ -322,6 +340,13 @@ class ToolSpec:
             cached = hashlib.sha256(canonical.encode()).hexdigest()[:12]
             object.__setattr__(self, "_schema_hash", cached)
         return cached
+
+
+def _validator_rules(model: type[BaseModel]) -> tuple[str, ...]:
+    """The first docstring line of each model validator: the cross-field rules, in words."""
+    validators = model.__pydantic_decorators__.model_validators.values()
+    lines = (inspect.getdoc(decorator.func) or "" for decorator in validators)
+    return tuple(doc.splitlines()[0] for doc in lines if doc)
 
 
 def tool(

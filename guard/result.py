@@ -45,8 +45,10 @@ class Problem:
 
     def sentence(self) -> str:
         """One line for the model: ``/items/0 expected an id seen in get_order's result, got "X"``."""
-        where = self.path or "the arguments"
-        text = f"{where} expected {self.expected}, got {self.got}"
+        if not self.got:  # a rule across fields: its own words say what is wrong
+            text = f"{self.path or 'the arguments'}: {self.expected}"
+        else:
+            text = f"{self.path or 'the arguments'} expected {self.expected}, got {self.got}"
         return f"{text} ({self.hint})" if self.hint else text
 
 
