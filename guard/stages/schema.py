@@ -59,7 +59,7 @@ class SchemaStage:
                 data={"problems": [p.to_dict() for p in call.problems]},
             )
         call.arguments = arguments
-        call.canonical = call.spec.canonical(arguments)
+        call.canonical = spec.canonical(arguments)
         return None
 
 
