@@ -173,9 +173,9 @@ Check: TypeAlias = Callable[[Any, CheckContext], None]
 """Checks arguments against current state; raises ``RuleViolation`` to refuse, calls
 ``ctx.warn`` to let the call through with a warning."""
 
-Authenticator: TypeAlias = Callable[[Any, ToolContext], Principal | None]
-"""For an authenticating tool: ``(handler output, ToolContext) -> the principal it identified``
-(None: nobody was identified, the session stays as it is)."""
+Authenticator: TypeAlias = Callable[[Any, Principal], Principal | None]
+"""For an authenticating tool: ``(the result the model saw, the session's principal) -> the
+principal it identified`` (None: nobody was identified, the session stays as it is)."""
 
 
 @dataclass(frozen=True, kw_only=True)
