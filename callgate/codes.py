@@ -13,7 +13,7 @@ from guard import DomainCode, Guard
 from guard.replay import load_factory, shop_target
 from guard.testing import ManualClock
 
-__all__ = ["codes_command", "code_rows"]
+__all__ = ["code_rows", "codes_command"]
 
 
 def code_rows(guard: Guard) -> list[dict[str, Any]]:

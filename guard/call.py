@@ -118,8 +118,14 @@ class Call:
     previous_principal: Principal | None = None
     """Set when this call changed the session's principal (an authenticating tool, or
     ``Session.authenticate`` before it): who the session acted for before."""
+    shadowed: bool = False
+    """The call runs in shadow mode: rejections are recorded, not enforced."""
     shadow: ReasonCode | None = None
     """Shadow mode: the code the gate would have answered with; the call ran anyway."""
+    shadow_stage: str | None = None
+    """Shadow mode: the stage that would have ended the call."""
+    turns_marked: bool = False
+    """The host marks turns (``Session.next_turn``): the per-turn ceiling applies."""
 
     @property
     def stages(self) -> list[StageRecord]:

@@ -143,7 +143,11 @@ class RetailBackend:
                 method.balance_cents -= new - old
             order.status = "exchange requested"
             self.side_effects += 1
-            done = {"order_id": order_id, "status": order.status, "price_difference_cents": new - old}
+            done = {
+                "order_id": order_id,
+                "status": order.status,
+                "price_difference_cents": new - old,
+            }
             self._done[idempotency_key] = done
             return done
 
@@ -183,10 +187,19 @@ def default_backend() -> RetailBackend:
         product_id="P-KEYBOARD",
         name="Mechanical keyboard",
         variants={
-            "KB-RED-FULL": Variant(item_id="KB-RED-FULL", options={"switch": "red", "size": "full"}, price_cents=12_000),
-            "KB-BLUE-FULL": Variant(item_id="KB-BLUE-FULL", options={"switch": "blue", "size": "full"}, price_cents=12_500),
+            "KB-RED-FULL": Variant(
+                item_id="KB-RED-FULL", options={"switch": "red", "size": "full"}, price_cents=12_000
+            ),
+            "KB-BLUE-FULL": Variant(
+                item_id="KB-BLUE-FULL",
+                options={"switch": "blue", "size": "full"},
+                price_cents=12_500,
+            ),
             "KB-BROWN-TKL": Variant(
-                item_id="KB-BROWN-TKL", options={"switch": "brown", "size": "tkl"}, price_cents=11_000, available=False
+                item_id="KB-BROWN-TKL",
+                options={"switch": "brown", "size": "tkl"},
+                price_cents=11_000,
+                available=False,
             ),
         },
     )
@@ -194,9 +207,15 @@ def default_backend() -> RetailBackend:
         product_id="P-SHIRT",
         name="T-shirt",
         variants={
-            "TS-BLACK-M": Variant(item_id="TS-BLACK-M", options={"color": "black", "size": "M"}, price_cents=2_500),
-            "TS-BLACK-L": Variant(item_id="TS-BLACK-L", options={"color": "black", "size": "L"}, price_cents=2_500),
-            "TS-WHITE-M": Variant(item_id="TS-WHITE-M", options={"color": "white", "size": "M"}, price_cents=2_500),
+            "TS-BLACK-M": Variant(
+                item_id="TS-BLACK-M", options={"color": "black", "size": "M"}, price_cents=2_500
+            ),
+            "TS-BLACK-L": Variant(
+                item_id="TS-BLACK-L", options={"color": "black", "size": "L"}, price_cents=2_500
+            ),
+            "TS-WHITE-M": Variant(
+                item_id="TS-WHITE-M", options={"color": "white", "size": "M"}, price_cents=2_500
+            ),
         },
     )
 
@@ -219,7 +238,9 @@ def default_backend() -> RetailBackend:
             email="mia.li@example.com",
             payment_methods={
                 "credit_card_9231": PaymentMethod(id="credit_card_9231", kind="credit_card"),
-                "gift_card_5412": PaymentMethod(id="gift_card_5412", kind="gift_card", balance_cents=300),
+                "gift_card_5412": PaymentMethod(
+                    id="gift_card_5412", kind="gift_card", balance_cents=300
+                ),
             },
             orders=["#W2001", "#W2002"],
         ),

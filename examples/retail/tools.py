@@ -137,7 +137,9 @@ def check_exchange(args: ExchangeItems, ctx: CheckContext[RetailDeps]) -> None:
                 )
             )
         if new_id == old_id:
-            ctx.warn(SAME_ITEM, f"{new_id} replaces itself: confirm the user wants the same variant.")
+            ctx.warn(
+                SAME_ITEM, f"{new_id} replaces itself: confirm the user wants the same variant."
+            )
         difference += variant.price_cents - old.price_cents
     if mismatched:
         raise RuleViolation(VARIANT_MISMATCH, problems=mismatched)
@@ -186,13 +188,16 @@ def retail_tools() -> list[ToolSpec]:
     """The tools. They hold no backend: every call reaches it through ``ctx.deps``."""
 
     @tool(arguments=FindUserByEmail, result_model=UserId, authenticates=identified)
-    def find_user_id_by_email(args: FindUserByEmail, ctx: ToolContext[RetailDeps]) -> dict[str, Any]:
+    def find_user_id_by_email(
+        args: FindUserByEmail, ctx: ToolContext[RetailDeps]
+    ) -> dict[str, Any]:
         """Find the user by e-mail and identify them for this conversation. Use it first; if the
         user does not know their e-mail, use find_user_id_by_name_zip."""
         user = ctx.deps.backend.user_by_email(args.email)
         if user is None:
             raise RuleViolation(
-                Code.NOT_FOUND, "No user has that e-mail. Ask the user to check it, or for name and zip."
+                Code.NOT_FOUND,
+                "No user has that e-mail. Ask the user to check it, or for name and zip.",
             )
         return {"user_id": user.user_id}
 
@@ -245,7 +250,9 @@ def retail_tools() -> list[ToolSpec]:
         variant an item is exchanged for. Read-only."""
         product = ctx.deps.backend.product(args.product_id)
         if product is None:
-            raise RuleViolation(Code.NOT_FOUND, f"No product {args.product_id}. Use an order item's product_id.")
+            raise RuleViolation(
+                Code.NOT_FOUND, f"No product {args.product_id}. Use an order item's product_id."
+            )
         return {**vars(product), "variants": [vars(v) for v in product.variants.values()]}
 
     seen_payment = SeenIn(
