@@ -134,7 +134,9 @@ class Guard:
         """Run one proposed call. Never raises for anything the model sent."""
         call = self._start(session, name, raw_arguments, call_id, self.stages)
         result = run_blocking(self._loop(call, self.stages))
-        return self._finish(call, self._bind(session, call, result))
+        if call.spec is not None and call.spec.authenticates is not None:
+            result = self._bind(session, call, result)
+        return self._finish(call, result)
 
     async def aexecute(
         self,
@@ -148,7 +150,9 @@ class Guard:
         call = self._start(session, name, raw_arguments, call_id, self.stages)
         call.waiter = AWAITING
         result = await self._loop(call, self.stages)
-        return self._finish(call, self._bind(session, call, result))
+        if call.spec is not None and call.spec.authenticates is not None:
+            result = self._bind(session, call, result)
+        return self._finish(call, result)
 
     def pending(self, approval_id: str) -> PendingAction | None:
         """The pending action to show an approver: tool, validated arguments, expiry."""

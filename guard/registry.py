@@ -414,6 +414,8 @@ class ToolRegistry(Mapping[str, ToolSpec]):
                         )
         self.runs_kept = frozenset(runs)
         self.results_kept = {name: tuple(sorted(paths)) for name, paths in kept.items()}
+        self.kept: frozenset[str] = self.runs_kept | frozenset(self.results_kept)
+        """Tools whose successes ``remember`` records (beyond their record)."""
         self.codes: dict[str, ReasonCode] = code_table(
             [*codes, *(code for spec in specs.values() for code in spec.codes)]
         )

@@ -17,7 +17,7 @@ from guard.result import Outcome, ToolResult
 from guard.stages.base import Env, reject
 from guard.stages.idempotency import stored
 from guard.stages.policy import taint_key
-from guard.stages.rules import remember
+from guard.stages.rules import remember, seen_key
 
 __all__ = ["ExecuteStage"]
 
@@ -190,7 +190,13 @@ class ExecuteStage:
                     ttl=policy.idempotency_ttl,
                 )
             call.claimed = False
-        remember(call, env, now)  # what later prerequisites of the session may ask for
+        if spec.record_field is not None:
+            record = getattr(call.arguments, spec.record_field)
+            env.counters.incr(
+                seen_key(call.session_id, spec.name, record), now=now, ttl=policy.session_ttl
+            )
+        if spec.name in env.registry.kept:  # what later prerequisites of the session ask for
+            remember(call, env, now)
         if spec.untrusted_output:
             env.counters.incr(taint_key(call.session_id), now=now, ttl=policy.session_ttl)
             call.untrusted_text = tuple(_texts(data))

@@ -141,13 +141,11 @@ class RuleStage:
 
 
 def remember(call: Call, env: Env, now: float) -> None:
-    """After a success: what later prerequisites of this session may ask for."""
+    """After a success of a tool in ``registry.kept``: that it ran, and the values of its result
+    that ``SeenIn`` prerequisites ask for (the record itself is marked by the execute stage)."""
     spec, registry, ttl = call.spec, env.registry, env.policy.session_ttl
-    assert spec is not None and call.arguments is not None
+    assert spec is not None
     counters, sid = env.counters, call.session_id
-    if spec.record_field is not None:
-        record = getattr(call.arguments, spec.record_field)
-        counters.incr(seen_key(sid, spec.name, record), now=now, ttl=ttl)
     if spec.name in registry.runs_kept:
         counters.incr(ran_key(sid, spec.name), now=now, ttl=ttl)
     for path in registry.results_kept.get(spec.name, ()):
