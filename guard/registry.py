@@ -19,6 +19,7 @@ from typing_extensions import TypeVar
 
 from guard.codes import DomainCode, ReasonCode, code_table
 from guard.errors import ConfigurationError
+from guard.patterns import ambiguous_constructs, schema_patterns
 from guard.result import Advisory
 from guard.session import Principal
 
@@ -277,6 +278,12 @@ class ToolSpec:
         object.__setattr__(self, "is_async", inspect.iscoroutinefunction(self.handler))
         object.__setattr__(self, "is_write", self.effect is Effect.WRITE)
         object.__setattr__(self, "_schema", self.arguments.model_json_schema())
+        for where, regex in schema_patterns(self._schema):  # type: ignore[attr-defined]
+            if found := ambiguous_constructs(regex):
+                raise ConfigurationError(
+                    f"tool {self.name!r}: pattern {regex!r} at {where} means one thing to the "
+                    f"validator and another in the published schema: {'; '.join(found)}"
+                )
 
     requirements: tuple[Requirement, ...] = field(init=False, default=())
     """Every prerequisite, ``prerequisite`` first (derived)."""

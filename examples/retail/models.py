@@ -18,7 +18,7 @@ __all__ = [
 ]
 
 ORDER_ID = Field(
-    pattern=r"^#W\d{4}$", description="The order id with its leading '#', e.g. #W2001."
+    pattern=r"^#W[0-9]{4}$", description="The order id with its leading '#', e.g. #W2001."
 )
 ITEM_IDS = Field(
     min_length=1,
@@ -26,7 +26,7 @@ ITEM_IDS = Field(
     description="Item ids exactly as get_order_details listed them, e.g. KB-RED-FULL.",
 )
 PAYMENT_METHOD_ID = Field(
-    pattern=r"^(credit_card|paypal|gift_card)_\d+$",
+    pattern=r"^(credit_card|paypal|gift_card)_[0-9]+$",
     description="A payment method id from get_user_details, e.g. gift_card_5412.",
 )
 
@@ -37,14 +37,15 @@ class _Arguments(BaseModel):
 
 class FindUserByEmail(_Arguments):
     email: str = Field(
-        pattern=r"^[^@\s]+@[^@\s]+\.[a-z]+$", description="The user's e-mail address."
+        pattern=r"^[^@ \t\n\r\f\v]+@[^@ \t\n\r\f\v]+\.[a-z]+$",
+        description="The user's e-mail address.",
     )
 
 
 class FindUserByNameZip(_Arguments):
     first_name: str = Field(min_length=1, max_length=50)
     last_name: str = Field(min_length=1, max_length=50)
-    zip: str = Field(pattern=r"^\d{5}$", description="Five-digit US zip code, e.g. 94110.")
+    zip: str = Field(pattern=r"^[0-9]{5}$", description="Five-digit US zip code, e.g. 94110.")
 
 
 class GetUserDetails(_Arguments):
