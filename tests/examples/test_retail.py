@@ -344,3 +344,35 @@ class TestShadowMode:
             retail.backend.side_effects == 1
             and retail.backend.orders["#W2001"].status == "cancelled"
         )
+
+
+class TestTheDocument:
+    """docs/domains.md shows the example's real code."""
+
+    def test_every_excerpt_is_in_its_file(self) -> None:
+        """A code block headed with a file name appears in that file, word for word (spacing aside)."""
+        import re
+        from pathlib import Path
+
+        root = Path(__file__).resolve().parents[2]
+        text = (root / "docs" / "domains.md").read_text()
+        blocks = re.findall(r"```python\n# (examples/\S+)\n(.*?)```", text, flags=re.DOTALL)
+        assert len(blocks) >= 10
+        for path, block in blocks:
+            source = " ".join((root / path).read_text().split())
+            assert " ".join(block.split()) in source, (path, block)
+
+    def test_the_quoted_messages_are_the_real_ones(self, retail: RetailApp) -> None:
+        """The messages the page quotes are what the model reads."""
+        from pathlib import Path
+
+        text = " ".join((Path(__file__).resolve().parents[2] / "docs" / "domains.md").read_text().split())
+        anonymous = call(retail.session("c"), "get_order_details", {"order_id": "#W2001"})
+        assert anonymous.message in text
+        session = identified(retail)
+        assert call(session, "get_product_details", {"product_id": "P-SHIRT"}).ok
+        mismatch = call(session, "exchange_delivered_order_items", {**KEYBOARD_FOR_BLUE, "new_item_ids": ["TS-BLACK-L"]})
+        assert mismatch.message in text
+        fresh = identified(build_retail(clock=ManualClock()))
+        unseen = call(fresh, "exchange_delivered_order_items", {**KEYBOARD_FOR_BLUE, "new_item_ids": ["TS-BLACK-L"]})
+        assert unseen.message in text
