@@ -23,7 +23,7 @@ from typing import Any, Literal
 import duckdb
 
 from .dialect import Dialect
-from .schema import COLUMNS, Column
+from .schema import _CALL_COLUMNS, COLUMNS, Column
 
 __all__ = [
     "CLICKHOUSE",
@@ -92,7 +92,7 @@ _BASE = (
 
 _CALLS = (
     f"(SELECT {_BASE}, "
-    + ", ".join(f"{_attr(c.attribute, c.sql_type)} AS {c.name}" for c in COLUMNS if c.call_only)
+    + ", ".join(f"{_attr(c.attribute, c.sql_type)} AS {c.name}" for c in _CALL_COLUMNS)
     + ", nullIf(SpanAttributes['guard.code'], '') AS code"
     + " FROM otel_traces WHERE startsWith(SpanName, 'execute_tool '))"
 )

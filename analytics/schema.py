@@ -174,7 +174,9 @@ META_TABLE = """
 CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR NOT NULL)
 """
 
-_CALL_COLUMNS = [c for c in COLUMNS if c.call_only and c.name != "code"]
+_ON_CALLS = frozenset(a.name for a in A.CALL_ATTRIBUTES)
+_CALL_COLUMNS = [c for c in COLUMNS if c.attribute in _ON_CALLS and c.name != "code"]
+"""The call span's columns (``guard.fixable`` is on rejecting stage spans too: not ``call_only``)."""
 
 CALLS_TABLE = f"""
 CREATE TABLE IF NOT EXISTS calls (

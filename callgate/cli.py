@@ -15,6 +15,7 @@ from callgate.codes import codes_command
 from dashboards.cli import dashboard
 from guard.replay import Replayer, load_factory, shop_target
 from telemetry.cli import sidecar
+from telemetry.verify import verify_command
 
 __all__ = ["main"]
 
@@ -53,6 +54,7 @@ for command in (
     trace_command,
     export_command,
     dashboard,
+    verify_command,
     codes_command,
 ):
     main.add_command(command)

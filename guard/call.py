@@ -124,6 +124,8 @@ class Call:
     """Shadow mode: the code the gate would have answered with; the call ran anyway."""
     shadow_stage: str | None = None
     """Shadow mode: the stage that would have ended the call."""
+    shadow_fixable: bool = False
+    """Shadow mode: whether the model could have fixed the would-be rejection."""
     turns_marked: bool = False
     """The host marks turns (``Session.next_turn``): the per-turn ceiling applies."""
 

@@ -429,6 +429,7 @@ def _waived(call: Call, stage: Stage, result: ToolResult, registry: ToolRegistry
         return False
     if call.shadow is None:
         call.shadow, call.shadow_stage = result.code, stage.name
+        call.shadow_fixable = bool(result.fixable)
     if call.spec is None and stage.name == "resolve":  # the tool exists: UNKNOWN_TOOL is enforced
         call.spec = registry.get(call.tool)
     return call.spec is not None

@@ -95,9 +95,10 @@ class ToolResult:
     """Set for writes: the key sent to the backend, also with an unknown outcome."""
     approval_id: str | None = None
     """The pending or decided approval this call is bound to."""
-    fixable: bool = False
-    """The model can fix this call by sending a corrected one (the code's flag, or the check's own
-    verdict for this refusal). What the recovery-rate metric counts."""
+    fixable: bool | None = None
+    """The model can fix this call by sending a corrected one: the check's own verdict for this
+    refusal, else the code's flag (every result the pipeline builds sets it; None on a result
+    built by hand means "the code's flag"). What the recovery-rate metric counts."""
     warnings: tuple[Advisory, ...] = ()
     """Warnings that let the call through; the model reads them with the result."""
     shadow: ReasonCode | None = None

@@ -8,6 +8,7 @@ from types import FrameType
 
 import click
 
+from telemetry.chain import env_chain_key
 from telemetry.sidecar import OTLPReceiver
 from telemetry.trail import SpanFileWriter
 
@@ -29,7 +30,9 @@ def sidecar(
     directory: str, host: str, grpc_port: int, http_port: int, max_bytes: int, prefix: str
 ) -> None:
     """Receive OTLP traces on this host and write them as OTLP JSON lines, like the local trail."""
-    writer = SpanFileWriter(directory, prefix=prefix, max_bytes=max_bytes)
+    writer = SpanFileWriter(
+        directory, prefix=prefix, max_bytes=max_bytes, chain_key=env_chain_key()
+    )
     receiver = OTLPReceiver(
         writer,
         host=host,

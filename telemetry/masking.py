@@ -212,6 +212,7 @@ class Masker:
             (detector.pattern, self._substitute(detector)) for detector in self._detectors
         )
         self._principals: dict[str, str] = {}
+        self._identifiers: dict[str, str] = {}
 
     # hashing
 
@@ -227,6 +228,18 @@ class Masker:
             cached = "p_" + self.keyed_hash(principal_id)
             if len(self._principals) < 65_536:
                 self._principals[principal_id] = cached
+        return cached
+
+    def identifier(self, value: str) -> str:
+        """An identifier the host chose (a session id) as a span may show it: masked, capped, cached.
+
+        Hosts sometimes build ids from what they know (``support-ann@example.com-3``).
+        """
+        cached = self._identifiers.get(value)
+        if cached is None:
+            cached = self.text(value)
+            if len(self._identifiers) < 65_536:
+                self._identifiers[value] = cached
         return cached
 
     def short_hash(self, value: str, prefix: str = "k_") -> str:
@@ -304,6 +317,15 @@ class Masker:
     def needs_scan(self, text: str) -> bool:
         """False when no detector can match anywhere in ``text`` (a cheap pre-check)."""
         return _CANDIDATE.search(text) is not None
+
+    def raw_json(self, raw: str, sensitive: frozenset[str] | set[str] = frozenset()) -> str:
+        """Arguments as they arrived (maybe not JSON): parsed and masked when they parse, else text."""
+        if sensitive:  # text that is not JSON: the field names still say where secrets are
+            try:
+                return self.json(json.loads(raw), sensitive)
+            except ValueError:
+                pass
+        return self.text(raw)
 
     def json(self, value: Any, sensitive: frozenset[str] | set[str] = frozenset()) -> str:
         """``mask_value`` rendered as compact JSON and capped."""

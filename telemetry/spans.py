@@ -2,67 +2,44 @@
 
 One call becomes one parent span (``execute_tool {tool}``) and one child span per stage that ran
 (``guard.<stage>``), retries as events on the execute stage span. Every value that could carry data
-passes through the ``Masker`` here, before it becomes an attribute. Both exporters (the OTLP JSON trail
-and spans through an OpenTelemetry tracer) are fed from these records, so they cannot disagree.
+passes through the ``Masker`` here, before it becomes an attribute, and every string is made
+encodable (``telemetry.records.encodable``). All exporters (the OTLP JSON trail, spans through an
+OpenTelemetry tracer) are fed from these records, through one encoder (``telemetry.records``).
 """
 
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any, TypeAlias
+from typing import Any
 
 from guard.call import Call
-from guard.codes import Code, ReasonCode
+from guard.codes import Code
 from guard.result import ToolResult
 from telemetry import attributes as attr
 from telemetry.masking import Masker, detect_injection
+from telemetry.records import (
+    STATUS_ERROR,
+    STATUS_UNSET,
+    AttributeValue,
+    EventRecord,
+    SpanRecord,
+    encodable,
+    encodable_attributes,
+    encode_span,
+    new_ids,
+    stage_record,
+)
 
 __all__ = [
     "AttributeValue",
     "EventRecord",
     "SpanRecord",
     "build_call_spans",
+    "call_attributes",
+    "encode_call",
 ]
 
-AttributeValue: TypeAlias = str | bool | int | float | list[str]
-"""The attribute value types the contract uses."""
-
-KIND_INTERNAL = 1
-"""OTLP ``SPAN_KIND_INTERNAL``."""
-STATUS_UNSET = 0
-STATUS_ERROR = 2
-
 _PENDING_CODES = frozenset({Code.CONFIRMATION_REQUIRED, Code.TAINTED_CONTEXT})
-
-
-@dataclass(slots=True, kw_only=True)
-class EventRecord:
-    """A timestamped event on a span (a retry)."""
-
-    name: str
-    time_ns: int
-    attributes: list[tuple[str, AttributeValue]]
-
-
-@dataclass(slots=True, kw_only=True)
-class SpanRecord:
-    """One span, ready to encode or replay through a tracer. Ids are lowercase hex."""
-
-    trace_id: str
-    span_id: str
-    parent_span_id: str
-    """Empty for a root span."""
-    name: str
-    start_ns: int
-    end_ns: int
-    attributes: Sequence[tuple[str, AttributeValue]]
-    kind: int = KIND_INTERNAL
-    status_code: int = STATUS_UNSET
-    status_message: str = ""
-    events: list[EventRecord] = field(default_factory=list)
 
 
 def _masked_arguments(call: Call, masker: Masker) -> str | None:
@@ -75,29 +52,8 @@ def _masked_arguments(call: Call, masker: Masker) -> str | None:
     if call.parsed is not None:
         return masker.json(call.parsed, sensitive)
     if call.raw_arguments is not None:
-        if sensitive:  # text that is not JSON: the field names still say where secrets are
-            try:
-                return masker.json(json.loads(call.raw_arguments), sensitive)
-            except ValueError:
-                pass
-        return masker.text(call.raw_arguments)
+        return masker.raw_json(call.raw_arguments, sensitive)
     return None
-
-
-_BYTE_HEX = [format(index, "02x") for index in range(256)]
-
-
-def new_ids(stages: int) -> tuple[str, list[str]]:
-    """A random trace id, and span ids that share a random 56-bit prefix and differ in the last byte.
-
-    Ids need only be unique within their trace; one ``urandom`` per call keeps this cheap.
-    """
-    raw = os.urandom(23).hex()
-    if stages >= 255:  # pragma: no cover - no pipeline has that many stages
-        more = os.urandom(8 * (stages + 1)).hex()
-        return raw[:32], [more[16 * index : 16 * index + 16] for index in range(stages + 1)]
-    prefix = raw[32:46]
-    return raw[:32], [prefix + _BYTE_HEX[index + 1] for index in range(stages + 1)]
 
 
 def build_call_spans(
@@ -122,37 +78,39 @@ def build_call_spans(
         parent_id = ""
     call_span_id = span_ids[0]
     code = result.code
-    attributes = call_attributes(call, result, masker, capture_content)
+    tool_name, attributes = call_attributes(call, result, masker, capture_content)
     end_ns = call.end_ns or (marks[-1] if marks else call.start_ns)
+    code_text = str(code)
     spans = [
         SpanRecord(
             trace_id=trace_id,
             span_id=call_span_id,
             parent_span_id=parent_id,
-            name=attr.CALL_SPAN_PREFIX + str(attributes[1][1]),
+            name=attr.CALL_SPAN_PREFIX + tool_name,
             start_ns=call.start_ns,
             end_ns=end_ns,
             attributes=attributes,
             status_code=STATUS_UNSET if result.ok else STATUS_ERROR,
-            status_message="" if result.ok else str(code),
+            status_message="" if result.ok else code_text,
         )
     ]
     last_outcome = "final" if result.ok else "reject"
+    fixable = result_fixable(result)
+    shadow_stage = call.shadow_stage if call.shadow is not None else None
     for index in range(ran):
         last = index == ran - 1
-        name, shared, status_code, status_message = stage_shape(
-            chain[index], last_outcome if last else "pass", code if last else None
-        )
-        record = SpanRecord(
+        stage = chain[index]
+        shadowed = stage == shadow_stage and not last  # would have rejected; the call went on
+        record = stage_record(
             trace_id=trace_id,
             span_id=span_ids[index + 1],
             parent_span_id=call_span_id,
-            name=name,
+            stage=stage,
+            outcome=last_outcome if last else "pass",
+            code=code_text if last else str(call.shadow) if shadowed else None,
+            fixable=fixable if last else None,
             start_ns=marks[index],
             end_ns=marks[index + 1],
-            attributes=shared,
-            status_code=status_code,
-            status_message=status_message,
         )
         if call.retries and chain[index] == "execute":
             record.events = [
@@ -161,7 +119,7 @@ def build_call_spans(
                     time_ns=retry.at_ns,
                     attributes=[
                         (attr.RETRY_ATTEMPT, retry.attempt),
-                        (attr.RETRY_ERROR, retry.error),
+                        (attr.RETRY_ERROR, encodable(retry.error)),
                         (attr.RETRY_DELAY, float(retry.delay)),
                     ],
                 )
@@ -171,50 +129,57 @@ def build_call_spans(
     return spans
 
 
-_Shape: TypeAlias = tuple[str, tuple[tuple[str, AttributeValue], ...], int, str]
-_shapes: dict[tuple[str, str, ReasonCode | None], _Shape] = {}
+def encode_call(
+    call: Call,
+    result: ToolResult,
+    masker: Masker,
+    *,
+    capture_content: bool = False,
+    parent: tuple[str, str] | None = None,
+) -> str:
+    """The spans of one finished call as OTLP JSON span objects, comma-separated.
 
-
-def stage_shape(name: str, outcome: str, code: ReasonCode | None) -> _Shape:
-    """Name, attributes and status of a stage span: few distinct ones, so built once each.
-
-    The attributes are a tuple shared between spans (and cached whole by the encoder).
+    ``build_call_spans`` through ``telemetry.records.encode_span``; ``encode_spans`` wraps the
+    result of one or more calls into a line.
     """
-    key = (name, outcome, code)
-    shape = _shapes.get(key)
-    if shape is None:
-        attributes: list[tuple[str, AttributeValue]] = [
-            (attr.STAGE_NAME, name),
-            (attr.STAGE_OUTCOME, outcome),
-        ]
-        if code is not None:
-            attributes.append((attr.STAGE_CODE, str(code)))
-        rejected = outcome == "reject"
-        shape = (
-            attr.STAGE_SPAN_PREFIX + name,
-            tuple(attributes),
-            STATUS_ERROR if rejected else STATUS_UNSET,
-            str(code) if rejected and code is not None else "",
-        )
-        if len(_shapes) < 4096:
-            _shapes[key] = shape
-    return shape
+    records = build_call_spans(call, result, masker, capture_content=capture_content, parent=parent)
+    return ",".join([encode_span(record) for record in records])
+
+
+def _fixable(code: Any) -> bool:
+    return bool(getattr(code, "fixable", False))
+
+
+def result_fixable(result: ToolResult) -> bool:
+    """The result's own verdict (a check may decide per refusal), else its code's flag."""
+    fixable = getattr(result, "fixable", None)
+    return _fixable(result.code) if fixable is None else bool(fixable)
+
+
+def _code_stage(code: Any) -> str | None:
+    stage = getattr(code, "stage", None)
+    return stage if isinstance(stage, str) else None
 
 
 def call_attributes(
     call: Call, result: ToolResult, masker: Masker, capture_content: bool
-) -> list[tuple[str, AttributeValue]]:
+) -> tuple[str, list[tuple[str, AttributeValue]]]:
+    """The (encodable) tool name as the span name shows it, and the call span's attributes."""
     code = result.code
+    fixable = result_fixable(result)
+    shadow = getattr(call, "shadow", None)
+    if shadow is not None:  # shadow mode: guard.code says what the gate would have decided
+        code, fixable = shadow, bool(call.shadow_fixable)
     spec = call.spec
     tool_name = call.tool if spec is not None and spec.name == call.tool else masker.text(call.tool)
     items: list[tuple[str, AttributeValue]] = [
         (attr.GEN_AI_OPERATION_NAME, attr.OPERATION_EXECUTE_TOOL),
         (attr.GEN_AI_TOOL_NAME, tool_name),
         (attr.GEN_AI_TOOL_TYPE, "function"),
-        (attr.GEN_AI_CONVERSATION_ID, call.session_id),
+        (attr.GEN_AI_CONVERSATION_ID, masker.identifier(call.session_id)),
         (attr.CODE, str(code)),
         (attr.OK, result.ok),
-        (attr.FIXABLE, code.fixable),
+        (attr.FIXABLE, fixable),
         (attr.REPLAYED, result.replayed),
         (attr.CONFIRMED, call.confirmed),
         (attr.RESUMED, call.approval is not None),
@@ -226,13 +191,29 @@ def call_attributes(
         (attr.ROLE, call.principal.role),
         (attr.MESSAGE, masker.text(result.message)),
     ]
+    stage = _code_stage(code)
+    if stage is not None:
+        items.append((attr.CODE_STAGE, stage))
     if call.call_id is not None:
         items.append((attr.GEN_AI_TOOL_CALL_ID, masker.text(call.call_id)))
     if not result.ok:
-        items.append((attr.ERROR_TYPE, str(code)))
-    rejected = call.rejected_stage
+        items.append((attr.ERROR_TYPE, str(result.code)))
+    rejected = call.rejected_stage if shadow is None else call.shadow_stage
     if rejected is not None:
         items.append((attr.REJECTED_STAGE, rejected))
+    if shadow is not None:
+        items += [(attr.SHADOW, True), (attr.SHADOW_CODE, str(shadow))]
+    warnings = getattr(result, "warnings", ())
+    if warnings:
+        items += [
+            (attr.WARNINGS, len(warnings)),
+            (attr.WARNING_CODES, [str(warning.code) for warning in warnings]),
+        ]
+    previous = getattr(call, "previous_principal", None)
+    if previous is not None:
+        items.append((attr.PRINCIPAL_PREVIOUS, masker.principal(previous.id)))
+    if previous is not None or not getattr(call.principal, "authenticated", True):
+        items.append((attr.AUTHENTICATED, bool(getattr(call.principal, "authenticated", True))))
     if spec is not None:
         items += [
             (attr.EFFECT, str(spec.effect)),
@@ -259,7 +240,9 @@ def call_attributes(
         if capture_content:
             items.append((attr.GEN_AI_TOOL_CALL_ARGUMENTS, arguments))
     if call.problems:
-        items.append((attr.INVALID_FIELDS, [masker.text(problem.path) for problem in call.problems]))
+        items.append(
+            (attr.INVALID_FIELDS, [masker.text(problem.path) for problem in call.problems])
+        )
     if call.untrusted_text:
         rule = detect_injection(call.untrusted_text)
         items.append((attr.INJECTION_DETECTED, rule is not None))
@@ -269,4 +252,7 @@ def call_attributes(
         data: Any = call.result_data if call.result_data is not None else result.data
         if data is not None:
             items.append((attr.GEN_AI_TOOL_CALL_RESULT, masker.json(data)))
-    return items
+    if encodable_attributes(items):
+        items.append((attr.TEXT_REPLACED, True))
+        tool_name = encodable(tool_name)
+    return tool_name, items

@@ -366,13 +366,23 @@ class TestTheDocument:
         """The messages the page quotes are what the model reads."""
         from pathlib import Path
 
-        text = " ".join((Path(__file__).resolve().parents[2] / "docs" / "domains.md").read_text().split())
+        text = " ".join(
+            (Path(__file__).resolve().parents[2] / "docs" / "domains.md").read_text().split()
+        )
         anonymous = call(retail.session("c"), "get_order_details", {"order_id": "#W2001"})
         assert anonymous.message in text
         session = identified(retail)
         assert call(session, "get_product_details", {"product_id": "P-SHIRT"}).ok
-        mismatch = call(session, "exchange_delivered_order_items", {**KEYBOARD_FOR_BLUE, "new_item_ids": ["TS-BLACK-L"]})
+        mismatch = call(
+            session,
+            "exchange_delivered_order_items",
+            {**KEYBOARD_FOR_BLUE, "new_item_ids": ["TS-BLACK-L"]},
+        )
         assert mismatch.message in text
         fresh = identified(build_retail(clock=ManualClock()))
-        unseen = call(fresh, "exchange_delivered_order_items", {**KEYBOARD_FOR_BLUE, "new_item_ids": ["TS-BLACK-L"]})
+        unseen = call(
+            fresh,
+            "exchange_delivered_order_items",
+            {**KEYBOARD_FOR_BLUE, "new_item_ids": ["TS-BLACK-L"]},
+        )
         assert unseen.message in text

@@ -117,7 +117,9 @@ class TestCallSpan:
             attributes.STAGE_NAME: "schema",
             attributes.STAGE_OUTCOME: "reject",
             attributes.STAGE_CODE: "INVALID_ARGUMENTS",
+            attributes.STAGE_FIXABLE: True,
         }
+        assert attrs[attributes.CODE_STAGE] == "schema"
         assert stages[0]["status"] == {}
 
     def test_stage_times_come_from_the_record(self, trail_dir: Path) -> None:
