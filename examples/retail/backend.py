@@ -182,7 +182,7 @@ class RetailBackend:
 
 
 def default_backend() -> RetailBackend:
-    """Two users, a keyboard and a t-shirt in several variants, three orders."""
+    """Two users, a keyboard and a t-shirt in several variants, four orders."""
     keyboard = Product(
         product_id="P-KEYBOARD",
         name="Mechanical keyboard",
@@ -242,7 +242,7 @@ def default_backend() -> RetailBackend:
                     id="gift_card_5412", kind="gift_card", balance_cents=300
                 ),
             },
-            orders=["#W2001", "#W2002"],
+            orders=["#W2001", "#W2002", "#W2003"],
         ),
         "omar_ali_1077": User(
             user_id="omar_ali_1077",
@@ -268,6 +268,13 @@ def default_backend() -> RetailBackend:
             order_id="#W2002",
             user_id="mia_li_3668",
             status="pending",
+            items=[item(shirt, "TS-WHITE-M")],
+            payment_method_id="gift_card_5412",
+        ),
+        "#W2003": Order(
+            order_id="#W2003",
+            user_id="mia_li_3668",
+            status="delivered",
             items=[item(shirt, "TS-WHITE-M")],
             payment_method_id="gift_card_5412",
         ),

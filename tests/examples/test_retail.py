@@ -386,3 +386,24 @@ class TestTheDocument:
             {**KEYBOARD_FOR_BLUE, "new_item_ids": ["TS-BLACK-L"]},
         )
         assert unseen.message in text
+
+
+class TestTheScenarioFile:
+    """examples/retail_scenario.jsonl through callgate replay, as a host without Python would."""
+
+    def test_replay_counts_two_side_effects(self) -> None:
+        """Eleven refusals and answers, two writes applied, a replay that applies nothing."""
+        from pathlib import Path
+
+        scenario = Path(__file__).resolve().parents[2] / "examples" / "retail_scenario.jsonl"
+        output = CliRunner().invoke(
+            main, ["replay", "--app", "examples.retail:replay_target", str(scenario)]
+        )
+        assert output.exit_code == 0, output.output
+        lines = [json.loads(line) for line in output.output.splitlines()]
+        summary = lines[-1]["summary"]
+        assert summary["side_effects"] == 2 and summary["malformed_lines"] == 0
+        codes = [line["code"] for line in lines[:-1]]
+        assert codes[0] == "AUTH_REQUIRED" and codes[-1] == "PERMISSION_DENIED"
+        assert {"ITEM_UNAVAILABLE", "GIFT_CARD_BALANCE_LOW", "PREREQUISITE_MISSING"} <= set(codes)
+        assert lines[8]["warnings"] == ["SAME_ITEM"] and lines[11]["replayed"] is True
