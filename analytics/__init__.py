@@ -4,14 +4,23 @@ Knows the span contract (``telemetry.attributes``), never the guard's classes. T
 ``schema`` (DDL), ``load`` (incremental loader, with ``otlp``: the parsing SQL), ``metrics`` (one
 query per metric; by theme in ``rejections``, ``recovery``, ``confirmations``, ``latency``, over
 ``query`` and ``dialect``),
-``reconstruct`` (traces, sessions, call ids), ``clickhouse`` (the same metrics over
-``otel_traces``), ``parquet`` (export by day), ``cli`` (the commands), ``synth`` (synthetic span
+``reconstruct`` (traces, sessions, call ids), ``database`` (opening a database: one context
+manager, clear errors), ``clickhouse`` (the same metrics over
+``otel_traces``), ``parquet`` (export by day), ``cli`` (the commands) and ``render`` (their output), ``synth`` (synthetic span
 files for tests, demos and the benchmark).
 
 ``load`` is not re-exported: ``analytics.load`` stays the module (``analytics.load.load(con, paths)``).
 """
 
 from .cli import analytics_cli, export_command, load_command, report_command, trace_command
+from .database import (
+    DEFAULT_DB,
+    DatabaseBusyError,
+    DatabaseError,
+    NoDatabaseError,
+    NotADatabaseError,
+    open_database,
+)
 from .load import FileReport, ForeignFileError, LoadReport, connect, discover_files, follow
 from .metrics import (
     Backend,
@@ -54,10 +63,13 @@ from .reconstruct import (
 )
 
 __all__ = [
+    "DEFAULT_DB",
     "Backend",
     "CallCount",
     "CallSummary",
     "ConfirmationFunnel",
+    "DatabaseBusyError",
+    "DatabaseError",
     "DuckDBBackend",
     "Event",
     "FileReport",
@@ -67,6 +79,8 @@ __all__ = [
     "InvalidField",
     "LoadReport",
     "LoopGuard",
+    "NoDatabaseError",
+    "NotADatabaseError",
     "Overview",
     "ParquetExport",
     "Recovery",
@@ -90,6 +104,7 @@ __all__ = [
     "invalid_fields",
     "load_command",
     "loop_guards",
+    "open_database",
     "overview",
     "recovery_rate",
     "rejection_rate",

@@ -36,7 +36,7 @@ __all__ = [
     "column_name",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """Bumped when a table changes shape; stored in ``meta`` so an old database is recognised."""
 
 
@@ -111,10 +111,11 @@ COLUMNS: tuple[Column, ...] = _columns()
 """One typed column per contract attribute, in contract order."""
 
 VALUE_TYPE = (
-    "STRUCT(stringValue VARCHAR, intValue BIGINT, boolValue BOOLEAN, doubleValue DOUBLE, "
+    "STRUCT(stringValue VARCHAR, intValue VARCHAR, boolValue BOOLEAN, doubleValue DOUBLE, "
     "arrayValue JSON, kvlistValue JSON, bytesValue VARCHAR)"
 )
-"""An OTLP ``AnyValue`` as the loader parses it (arrays and key-value lists stay JSON text)."""
+"""An OTLP ``AnyValue`` as the loader parses it (arrays and key-value lists stay JSON text; an
+``intValue`` stays text as OTLP JSON sends it, so one beyond 64 bits is kept, not lost)."""
 ATTRIBUTES_TYPE = f"STRUCT(key VARCHAR, value {VALUE_TYPE})[]"
 """Every attribute of a span, exactly as sent: a list of ``{key, value}``."""
 

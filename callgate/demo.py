@@ -27,7 +27,8 @@ from rich.progress import (
 )
 
 import telemetry
-from analytics.load import connect, discover_files, load
+from analytics.database import open_database
+from analytics.load import discover_files, load
 from callgate.fleet import Fleet, Tally
 from telemetry.sidecar import OTLPReceiver
 from telemetry.trail import SpanFileWriter
@@ -99,7 +100,8 @@ def run_demo(
     )
     follower: _Follower | None = None
     if options.otlp:
-        connect(database).close()
+        with open_database(database, read_only=False):
+            pass  # created now, so the dashboard finds a database from the start
         follower = _Follower(database, spans_dir).start()
         if while_loading is not None:
             while_loading(database)
@@ -137,8 +139,7 @@ def _load(database: Path, spans_dir: Path, console: Console) -> tuple[int, int]:
     """Load the span files a file at a time, so the bar moves by bytes; (spans, bad lines)."""
     files = discover_files([spans_dir])
     spans = errors = 0
-    con = connect(database)
-    try:
+    with open_database(database, read_only=False) as con:
         columns = (
             TextColumn("{task.description}"),
             BarColumn(),
@@ -152,8 +153,6 @@ def _load(database: Path, spans_dir: Path, console: Console) -> tuple[int, int]:
                 report = load(con, [path])
                 spans, errors = spans + report.spans, errors + report.errors
                 progress.advance(task, path.stat().st_size)
-    finally:
-        con.close()
     return spans, errors
 
 
@@ -191,11 +190,8 @@ class _Follower:
 
     def _run(self) -> None:
         while not self._stop.wait(1.0):
-            con = connect(self.database)
-            try:
+            with open_database(self.database, read_only=False) as con:
                 report = load(con, [self.spans_dir])
-            finally:
-                con.close()
             self.spans += report.spans
             self.errors += report.errors
 
@@ -268,8 +264,7 @@ def _report(database: Path, console: Console) -> None:
     from analytics.cli import collect_report, print_report
     from analytics.reconstruct import calls_with_code
 
-    con = connect(database, read_only=True)
-    try:
+    with open_database(database) as con:
         data = collect_report(con, metrics.ALL, k=3, min_calls=20, bucket=None)
         print_report(data, console)
         for code in INCIDENT_CODES:
@@ -281,5 +276,3 @@ def _report(database: Path, console: Console) -> None:
                     f"(session {call.session})\n  callgate trace {call.trace_id} --db {database}"
                 )
                 break
-    finally:
-        con.close()

@@ -7,13 +7,15 @@ from pathlib import Path
 
 import click
 
+from analytics import database
+
 from .server import start_server
 from .settings import DEFAULT_REFRESH_SECONDS, Settings
 
 __all__ = ["DEFAULT_DB", "dashboard"]
 
-DEFAULT_DB = "callgate.duckdb"
-"""The file `callgate load` writes when not told otherwise."""
+DEFAULT_DB = database.DEFAULT_DB
+"""The file `callgate load` writes when not told otherwise (defined once, in analytics)."""
 
 
 @click.command("dashboard")

@@ -11,7 +11,6 @@ come back as :class:`Unavailable` values with a message, never as tracebacks.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ from pathlib import Path
 
 import duckdb
 
-from analytics import clickhouse, load, metrics
+from analytics import clickhouse, database, metrics
 
 from .settings import Settings
 
@@ -28,8 +27,8 @@ __all__ = ["Source", "Unavailable", "open_source", "source_errors"]
 Source = metrics.Source
 """What analytics' query functions take: a DuckDB connection or a metrics Backend."""
 
-_LOCK_RETRIES = 10
-_LOCK_PAUSE_S = 0.1
+_LOCK_WAIT_S = 1.0
+"""How long a render waits for a writer to let go of the file (one deadline, no retries on top)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -64,26 +63,20 @@ def open_source(settings: Settings) -> Iterator[Source | Unavailable]:
 
 
 def _open_duckdb(path: Path) -> duckdb.DuckDBPyConnection | Unavailable:
-    if not path.exists():
+    try:
+        return database.connect(path, read_only=True, timeout=_LOCK_WAIT_S)
+    except database.NoDatabaseError:
         return Unavailable(
             title=f"No database at {path}",
             detail=f"Load span files into it first: `callgate load PATH... --db {path}`. "
             "This page checks again at every refresh.",
         )
-    error: duckdb.Error | None = None
-    for _ in range(_LOCK_RETRIES):
-        try:
-            return load.connect(path, read_only=True)
-        except duckdb.IOException as exc:  # most often: a writer holds the file's lock
-            error = exc
-            time.sleep(_LOCK_PAUSE_S)
-        except duckdb.Error as exc:
-            return Unavailable(title=f"Cannot open {path}", detail=_first_line(exc))
-    return Unavailable(
-        title=f"{path} is busy",
-        detail=f"Another process is writing to it ({_first_line(error)}). "
-        "The next refresh tries again.",
-    )
+    except database.NotADatabaseError as exc:
+        return Unavailable(title="Not a callgate database", detail=str(exc))
+    except database.DatabaseBusyError as exc:
+        return Unavailable(title=f"{path} is busy", detail=f"{exc}. The next refresh tries again.")
+    except database.DatabaseError as exc:
+        return Unavailable(title=f"Cannot open {path}", detail=str(exc))
 
 
 def _clickhouse(url: str) -> Source | Unavailable:

@@ -33,7 +33,7 @@ chdb_session = pytest.importorskip("chdb.session")
 _COLUMNS = (
     "Timestamp, TraceId, SpanId, ParentSpanId, TraceState, SpanName, SpanKind, ServiceName, "
     "ResourceAttributes, ScopeName, ScopeVersion, SpanAttributes, Duration, StatusCode, "
-    "StatusMessage"
+    "StatusMessage, `Events.Timestamp`, `Events.Name`, `Events.Attributes`"
 )
 
 
@@ -213,3 +213,21 @@ class TestReconstructionOnClickHouse:
         assert reconstruct.calls_with_code(ch, "NOT_FOUND", limit=3) == reconstruct.calls_with_code(
             duck, "NOT_FOUND", limit=3
         )
+
+    def test_attributes_come_back_typed_on_both_engines(self, engines):
+        """Contract attributes are typed out of ClickHouse's string map: the same as DuckDB's."""
+        duck, ch = engines
+        (trace_id,) = duck.execute(
+            "SELECT trace_id FROM calls WHERE attempts > 1 ORDER BY start_time LIMIT 1"
+        ).fetchone()
+        expected, got = reconstruct.trace(duck, trace_id), reconstruct.trace(ch, trace_id)
+        assert expected is not None and got is not None
+
+        def attributes(nodes):
+            return [(n.attributes, attributes(n.children)) for n in nodes]
+
+        assert attributes(got.roots) == attributes(expected.roots)
+        assert got.roots[0].attributes["guard.attempts"] > 1
+        assert [e.name for e in got.roots[0].children[-1].events] == [
+            e.name for e in expected.roots[0].children[-1].events
+        ]
