@@ -19,7 +19,7 @@ from typing import Any
 
 import click
 
-from . import metrics
+from . import gates, metrics
 from .database import DEFAULT_DB, DatabaseError, open_database
 from .load import ForeignFileError, follow, load
 from .parquet import export_parquet
@@ -133,6 +133,11 @@ def collect_report(
     """Every metric, in report order."""
     return {
         "overview": metrics.overview(source, filters, bucket=bucket),
+        # Calls that did not run, by who can act on them (analytics.gates; docs/metrics.md).
+        "gates_apart_from_errors": gates.gate_shares(source, filters, bucket=bucket),
+        "gates_apart_from_errors_by_tool": gates.gate_shares(
+            source, filters, by="tool", bucket=bucket
+        ),
         "rejection_rate_by_tool": metrics.rejection_rate(
             source, filters, by="tool", min_calls=min_calls, bucket=bucket
         ),

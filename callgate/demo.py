@@ -7,8 +7,11 @@ exported over OTLP to a sidecar that writes the span files, loaded live while th
 
 from __future__ import annotations
 
+import shlex
+import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -33,7 +36,15 @@ from callgate.fleet import Fleet, Tally
 from telemetry.sidecar import OTLPReceiver
 from telemetry.trail import SpanFileWriter
 
-__all__ = ["DEMO_MASKING_KEY", "DemoOptions", "DemoRun", "default_out", "run_demo", "show"]
+__all__ = [
+    "DEMO_MASKING_KEY",
+    "DemoOptions",
+    "DemoRun",
+    "callgate_command",
+    "default_out",
+    "run_demo",
+    "show",
+]
 
 DEMO_MASKING_KEY = "callgate-demo-key-not-for-production"
 """A fixed key so the demo's pseudonyms are stable across runs; deployments set their own."""
@@ -202,9 +213,11 @@ INCIDENT_CODES = ("TAINTED_CONTEXT", "TIMEOUT", "IDEMPOTENCY_CONFLICT", "LOOP_DE
 
 def show(options: DemoOptions, console: Console, *, dashboard: bool, host: str, port: int) -> None:
     """The whole demo for a person at a terminal: progress, summary, report, incident, dashboard."""
-    from dashboards.server import free_port, start_server, wait_until_ready
+    from dashboards.server import check_port, free_port, start_server, stop, wait_until_ready
 
     port = port or free_port(host)
+    if dashboard:
+        check_port(host, port)  # PortInUseError now, not after the traffic has run
     url = f"http://{host}:{port}"
     server: subprocess.Popen[bytes] | None = None
     previous = signal.signal(signal.SIGTERM, _exit)  # a terminated demo still stops its dashboard
@@ -235,9 +248,27 @@ def show(options: DemoOptions, console: Console, *, dashboard: bool, host: str, 
         console.print("stopping")
     finally:
         signal.signal(signal.SIGTERM, previous)
-        if server is not None and server.poll() is None:
-            server.terminate()
-            server.wait(10)
+        if server is not None:
+            stop(server)
+
+
+def callgate_command() -> list[str]:
+    """How to run ``callgate`` from the working directory, as the user typed it or can type it.
+
+    ``callgate`` when the one on ``PATH`` is this one; else the script next to this interpreter
+    (``.venv/bin/callgate``, relative when it is under the working directory); else
+    ``python -m callgate``. The demo prints a next command that must work as shown.
+    """
+    script = Path(sys.executable).parent / "callgate"
+    found = shutil.which("callgate")
+    if found is not None and script.exists() and Path(found).resolve() == script.resolve():
+        return ["callgate"]
+    if script.exists():
+        try:
+            return [str(script.absolute().relative_to(Path.cwd()))]
+        except ValueError:
+            return [str(script.absolute())]
+    return [sys.executable, "-m", "callgate"]
 
 
 def _exit(signum: int, frame: object) -> None:
@@ -273,6 +304,11 @@ def _report(database: Path, console: Console) -> None:
                 call = found[0]
                 console.print(
                     f"\nan incident to open: a {call.tool} call that ended [bold]{code}[/bold] "
-                    f"(session {call.session})\n  callgate trace {call.trace_id} --db {database}"
+                    f"(session {call.session}):"
+                )
+                # One unwrapped line, with the command as this shell can run it.
+                command = [*callgate_command(), "trace", call.trace_id, "--db", str(database)]
+                console.print(
+                    "  " + shlex.join(command), soft_wrap=True, markup=False, highlight=False
                 )
                 break

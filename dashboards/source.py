@@ -5,8 +5,9 @@ renders: a read-only handle takes a shared lock on the file, and the writer (``c
 --follow`` or the sidecar) needs it back to append. When the writer holds the lock, opening is
 retried briefly; if it still fails the page says so and the next auto-refresh tries again.
 
-Problems the user can act on (no source given, no file yet, not a callgate database, locked)
-come back as :class:`Unavailable` values with a message, never as tracebacks.
+Problems the user can act on (no source given, no file yet, not a DuckDB file, not a callgate
+database, locked) come back as :class:`Unavailable` values with a message, never as tracebacks.
+A file that is not DuckDB at all is named as such before any lock is retried: it is never "busy".
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import duckdb
 
 from analytics import clickhouse, database, metrics
 
+from .safe import text
 from .settings import Settings
 
 __all__ = ["Source", "Unavailable", "open_source", "source_errors"]
@@ -33,7 +35,10 @@ _LOCK_WAIT_S = 1.0
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Unavailable:
-    """Why there is nothing to show, in words for the person looking at the page."""
+    """Why there is nothing to show, in words for the person looking at the page.
+
+    Both are Markdown source: paths and error messages in them are code spans (:func:`safe.text`).
+    """
 
     title: str
     detail: str
@@ -62,21 +67,43 @@ def open_source(settings: Settings) -> Iterator[Source | Unavailable]:
         opened.close()
 
 
+_DUCKDB_MAGIC = b"DUCK"
+"""Bytes 8-11 of every DuckDB database file."""
+
+
+def is_duckdb_file(path: Path) -> bool:
+    """The file starts with DuckDB's header (an empty file counts: DuckDB can start it)."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(12)
+    except OSError:
+        return False
+    return not head or head[8:12] == _DUCKDB_MAGIC
+
+
 def _open_duckdb(path: Path) -> duckdb.DuckDBPyConnection | Unavailable:
+    if path.exists() and (path.is_dir() or not is_duckdb_file(path)):
+        return Unavailable(
+            title=f"{text(path)} is not a DuckDB file",
+            detail="Point the dashboard at the database `callgate load PATH... --db FILE` "
+            "writes, not at a span file or another kind of file.",
+        )
     try:
         return database.connect(path, read_only=True, timeout=_LOCK_WAIT_S)
     except database.NoDatabaseError:
         return Unavailable(
-            title=f"No database at {path}",
-            detail=f"Load span files into it first: `callgate load PATH... --db {path}`. "
+            title=f"No database at {text(path)}",
+            detail=f"Load span files into it first: {text(f'callgate load PATH... --db {path}')}. "
             "This page checks again at every refresh.",
         )
     except database.NotADatabaseError as exc:
-        return Unavailable(title="Not a callgate database", detail=str(exc))
+        return Unavailable(title="Not a callgate database", detail=text(exc))
     except database.DatabaseBusyError as exc:
-        return Unavailable(title=f"{path} is busy", detail=f"{exc}. The next refresh tries again.")
+        return Unavailable(
+            title=f"{text(path)} is busy", detail=f"{text(exc)}. The next refresh tries again."
+        )
     except database.DatabaseError as exc:
-        return Unavailable(title=f"Cannot open {path}", detail=str(exc))
+        return Unavailable(title=f"Cannot open {text(path)}", detail=text(exc))
 
 
 def _clickhouse(url: str) -> Source | Unavailable:
@@ -84,9 +111,9 @@ def _clickhouse(url: str) -> Source | Unavailable:
     try:
         return connect_clickhouse(url)
     except RuntimeError as exc:  # clickhouse-connect is not installed
-        return Unavailable(title=f"Cannot read {shown}", detail=_first_line(exc))
+        return Unavailable(title=f"Cannot read {text(shown)}", detail=text(_first_line(exc)))
     except source_errors() as exc:
-        return Unavailable(title=f"Cannot reach {shown}", detail=_first_line(exc))
+        return Unavailable(title=f"Cannot reach {text(shown)}", detail=text(_first_line(exc)))
 
 
 def connect_clickhouse(url: str) -> metrics.Backend:

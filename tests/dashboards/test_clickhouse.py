@@ -14,7 +14,7 @@ from analytics.metrics import Filters
 from dashboards import source as source_module
 from dashboards.settings import CLICKHOUSE_ENV, DB_ENV, REFRESH_ENV
 
-from .helpers import assert_same, expected_overview, shown
+from .helpers import assert_same, expected_overview, shown, table_text
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +80,7 @@ class TestClickHouse:
         at.query_params["trace"] = trace_id
         at.run()
         assert not at.exception, at.exception
-        table = at.table[0].value
+        table = table_text(at)
         root = view.roots[0]
         assert list(table["span"]) == [root.name, *(c.stage for c in root.children)]
         assert list(table["code"])[-1] == (root.children[-1].code or "")
