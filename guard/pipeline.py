@@ -427,6 +427,8 @@ def _waived(call: Call, stage: Stage, result: ToolResult, registry: ToolRegistry
     """Shadow mode: keep the first decision the gate would have taken, and go on as without it."""
     if result.ok or stage.name == "execute" or result.code in _ALWAYS_ENFORCED:
         return False
+    if stage.name == "idempotency" and call.spec is not None and call.spec.is_write:
+        return False  # a repeated write has no key of its own: without the gate it would run again
     if call.shadow is None:
         call.shadow, call.shadow_stage = result.code, stage.name
         call.shadow_fixable = bool(result.fixable)
