@@ -43,7 +43,7 @@ class TestShadowMode:
 
     def test_a_read_loop_is_recorded_not_enforced(self, clock: ManualClock) -> None:
         """The fourth identical read runs; its result says LOOP_DETECTED would have stopped it."""
-        guard, backend, _ = shadow_shop(clock, rate_limit=None)
+        guard, _, _ = shadow_shop(clock, rate_limit=None)
         session = guard.session("s1", build_shop().session("x", "CUS-1").principal)
         results = [session.execute("get_order", order_args()) for _ in range(4)]
         assert all(r.ok for r in results)
