@@ -171,6 +171,7 @@ def _converse(
 ) -> list[tuple[str, str, float]]:
     """Runs one conversation; returns the approvals left to expire."""
     session = shop.session(session_id, customer, role)
+    session.next_turn()  # the customer's first message: turns are marked, each gets its budget
     expiring: list[tuple[str, str, float]] = []
     try:
         proposal = next(script)
