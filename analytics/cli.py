@@ -23,7 +23,7 @@ from . import advisories, gates, metrics, shadow
 from .database import DEFAULT_DB, DatabaseError, open_database
 from .load import ForeignFileError, follow, load
 from .parquet import export_parquet
-from .reconstruct import calls_by_call_id, session_calls
+from .reconstruct import AmbiguousIdError, calls_by_call_id, resolve_id, session_calls
 from .reconstruct import trace as rebuild_trace
 from .render import calls_table, console, echo_json, print_load, print_report, print_trace
 
@@ -122,6 +122,31 @@ def _time(value: str | None) -> datetime | None:
     return parsed
 
 
+_PSEUDONYM = re.compile(r"p_[0-9a-f]{12}")
+
+
+def _pseudonyms(principals: tuple[str, ...]) -> tuple[str, ...]:
+    """Principals as the spans store them: keyed hashes (``p_...``) made with the deployment's
+    masking key. A value that already is a pseudonym is kept; without a key nothing else can
+    match, and the command says so."""
+    typed = [p for p in principals if not _PSEUDONYM.fullmatch(p)]
+    if not typed:
+        return principals
+    key = os.environ.get("CALLGATE_MASKING_KEY")
+    if not key:
+        click.echo(
+            f"warning: no masking key configured (CALLGATE_MASKING_KEY), so {', '.join(typed)} "
+            "cannot be hashed as the spans store principals and will match nothing; set the "
+            "key the services use, or give the pseudonym (p_...) shown in the tables",
+            err=True,
+        )
+        return principals
+    from telemetry.masking import Masker  # the one definition of the pseudonym
+
+    masker = Masker(key=key.encode())
+    return tuple(p if _PSEUDONYM.fullmatch(p) else masker.principal(p) for p in principals)
+
+
 def collect_report(
     source: metrics.Source,
     filters: metrics.Filters,
@@ -165,7 +190,13 @@ def collect_report(
 @click.option("--until", help="End of the time range (exclusive).")
 @click.option("--service", "services", multiple=True, help="Only these services (repeatable).")
 @click.option("--tool", "tools", multiple=True, help="Only these tools (repeatable).")
-@click.option("--principal", "principals", multiple=True, help="Only these principals.")
+@click.option(
+    "--principal",
+    "principals",
+    multiple=True,
+    help="Only these principals, as people type them (CUS-1: hashed with $CALLGATE_MASKING_KEY, "
+    "as the spans store them) or as stored pseudonyms (p_...).",
+)
 @click.option(
     "-k",
     "k",
@@ -198,7 +229,7 @@ def report_command(
         end=_time(until),
         services=services,
         tools=tools,
-        principals=principals,
+        principals=_pseudonyms(principals),
     )
     step = _duration(bucket)
     with _source(database, clickhouse_url) as source:
@@ -228,7 +259,10 @@ def trace_command(
     clickhouse_url: str | None,
     as_json: bool,
 ) -> None:
-    """Rebuild a call from its trace id: stages, codes, timings, masked arguments, approvals."""
+    """Rebuild a call from its trace id: stages, codes, timings, masked arguments, approvals.
+
+    Any id may be given by an unambiguous prefix (``callgate trace 0a1b2c``).
+    """
     if sum(x is not None for x in (trace_id, session, call_id)) != 1:
         raise click.UsageError("give exactly one of TRACE_ID, --session or --call-id")
     with _source(database, clickhouse_url) as source:
@@ -243,20 +277,31 @@ def _print_lookup(
     as_json: bool,
 ) -> None:
     if trace_id is not None:
-        view = rebuild_trace(source, trace_id)
+        full = _resolve(source, "trace_id", trace_id)
+        view = rebuild_trace(source, full or trace_id)
         if view is None:
             raise click.ClickException(f"no spans for trace {trace_id}")
         echo_json(view) if as_json else print_trace(view)
         return
     if session is not None:
+        session = _resolve(source, "session", session) or session
         calls = session_calls(source, session)
         title = f"session {session}"
     else:
-        calls = calls_by_call_id(source, call_id or "")
+        call_id = _resolve(source, "call_id", call_id or "") or call_id or ""
+        calls = calls_by_call_id(source, call_id)
         title = f"call id {call_id}"
     if not calls:
         raise click.ClickException(f"no calls for {title}")
     echo_json(calls) if as_json else console().print(calls_table(title, calls))
+
+
+def _resolve(source: metrics.Source, column: str, prefix: str) -> str | None:
+    """The full id for an unambiguous prefix (see :func:`analytics.reconstruct.resolve_id`)."""
+    try:
+        return resolve_id(source, column, prefix)
+    except AmbiguousIdError as exc:
+        raise click.ClickException(f"{exc}; give more characters") from exc
 
 
 # ---------------------------------------------------------------------------------------------

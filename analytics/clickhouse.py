@@ -122,7 +122,7 @@ _SPANS = (
 """One row per span with DuckDB's ``spans`` column names: the contract attributes typed out of the
 string map, the rest (attributes the contract does not have) as a text list."""
 
-_CALL_NAMES = ", ".join(c.name for c in _CALL_COLUMNS)  # guard.fixable is on stage spans too
+_CALL_NAMES = ", ".join(c.name for c in _CALL_COLUMNS)
 
 _CALLS = (
     "(SELECT trace_id, span_id, service, start_time, duration_ms, duration_ns, status_code, "
@@ -179,6 +179,7 @@ CLICKHOUSE = Dialect(
     stages=_STAGES,
     spans=_SPANS,
     latency_rollup=None,
+    latency_rollup_all=None,
     param=lambda name, kind: "{" + f"{name}:{_PARAM_TYPES[kind]}" + "}",
     bucket=lambda expr, seconds: (
         f"fromUnixTimestamp64Micro(intDiv(toUnixTimestamp64Micro({expr}), {seconds * 1_000_000})"

@@ -36,6 +36,9 @@ class Dialect:
     latency_rollup: str | None
     """A table of stage latency histograms per hour, service, tool and stage, if the engine keeps
     one (DuckDB: ``stage_latency_hist``); None to build the histogram from ``stages``."""
+    latency_rollup_all: str | None
+    """The same histogram per hour and stage only (all services and tools together: a sixth of
+    the rows), for unfiltered queries (DuckDB: ``stage_latency_all``); None if not kept."""
     param: Callable[[str, str], str]
     """``param(name, kind)`` -> placeholder; kind is one of string, int, float, timestamp."""
     bucket: Callable[[str, int], str]
@@ -82,6 +85,7 @@ DUCKDB = Dialect(
     stages="stages",
     spans="(SELECT *, duration_ns / 1e6 AS duration_ms FROM spans)",
     latency_rollup="stage_latency_hist",
+    latency_rollup_all="stage_latency_all",
     param=lambda name, kind: f"${name}",
     bucket=_duckdb_bucket,
     quantiles=_duckdb_quantiles,

@@ -80,7 +80,7 @@ def _column(column: Column) -> str:
 
 
 def _typed_count() -> str:
-    """How many of a span's attributes landed in typed columns (lateral aliases)."""
+    """How many of a span's attributes landed in typed columns."""
     return " + ".join(f"({c.name} IS NOT NULL)::INTEGER" for c in COLUMNS)
 
 
@@ -120,8 +120,18 @@ def parse_sql(source: str, file_id: int, batch: int, *, tolerant: bool = False) 
         else "CASE WHEN problem IS NULL THEN s.traceId "
         "ELSE error('callgate: a span the store cannot hold: ' || problem) END"
     )
-    extra = ",\n    problem, line, left(raw::VARCHAR, 200) AS excerpt" if tolerant else ""
+    extra = ", problem, line, left(raw::VARCHAR, 200) AS excerpt" if tolerant else ""
+    names = ", ".join(c.name for c in COLUMNS)
+    # The typed columns are computed in the inner SELECT and only counted in the outer one: a
+    # lateral alias in the same SELECT is expanded in place, which evaluated every column twice.
     return f"""
+SELECT
+    trace_id, span_id, parent_span_id, name, category, kind, start_time, end_time, duration_ns,
+    status_code, status_message, service, scope, {names},
+    CASE WHEN len(all_attributes) = {_typed_count()} THEN NULL ELSE all_attributes END
+        AS attributes,
+    events, file_id, batch{extra}
+FROM (
 SELECT
     {trace_id} AS trace_id,
     s.spanId AS span_id,
@@ -139,11 +149,13 @@ SELECT
     service,
     scope,
     {columns},
-    CASE WHEN len(s.attributes) = {_typed_count()} THEN NULL ELSE s.attributes END
-        AS attributes,
-    s.events,
+    s.attributes AS all_attributes,
+    s.events AS events,
     {int(file_id)} AS file_id,
-    {int(batch)} AS batch{extra}
+    {int(batch)} AS batch,
+    problem,
+    line,
+    raw
 FROM (
     SELECT
         s,
@@ -174,5 +186,6 @@ FROM (
         )
         )
     )
+)
 )
 """

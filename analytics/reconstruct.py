@@ -9,7 +9,7 @@ them: text) and the same ``calls`` relation the metrics use. Results are frozen 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -17,13 +17,16 @@ from .query import Backend, Source, backend_of, rows_as
 from .schema import COLUMNS
 
 __all__ = [
+    "AmbiguousIdError",
     "CallSummary",
     "Event",
     "SpanNode",
     "TraceView",
     "calls_by_call_id",
     "calls_with_code",
+    "resolve_id",
     "session_calls",
+    "tainting_call",
     "to_jsonable",
     "trace",
 ]
@@ -88,6 +91,16 @@ class CallSummary:
     outcome: str | None
     arguments: str | None
     """Masked arguments."""
+    message: str | None = None
+    """The message the model received (masked)."""
+    fixable: bool | None = None
+    """The model can fix the call by resending it corrected."""
+    untrusted: bool | None = None
+    """The tool returned untrusted outside text: from this call on, the session is tainted."""
+    injection_detected: bool | None = None
+    """Instruction-like text was found in that untrusted result."""
+    injection_rule: str | None = None
+    """The detector rule that matched."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -100,6 +113,9 @@ class TraceView:
     approvals: tuple[CallSummary, ...]
     """Every call (any trace) sharing an approval id with this trace's calls, in time order: the
     call that asked for a human and the resumption that carried the decision."""
+    tainted_by: tuple[CallSummary, ...] = ()
+    """For a call of this trace that ended ``TAINTED_CONTEXT``: the call that tainted its session
+    (see :func:`tainting_call`)."""
 
 
 _SUMMARY_COLUMNS = [f.name for f in fields(CallSummary)]
@@ -144,7 +160,12 @@ def _span_attributes(row: dict[str, Any]) -> dict[str, AttributeValue]:
 
 
 def _summaries(
-    source: Source, column: str, values: list[str], *, limit: int | None = None
+    source: Source,
+    column: str,
+    values: list[str],
+    *,
+    limit: int | None = None,
+    real_steps: bool = True,
 ) -> list[CallSummary]:
     """The calls whose ``column`` is one of ``values``, in the order they were made."""
     b = backend_of(source)
@@ -160,7 +181,85 @@ def _summaries(
         f"SELECT {', '.join(_SUMMARY_COLUMNS)} FROM {d.ranked_calls} "
         f"WHERE {column} IN ({placeholders}) ORDER BY start_time, seq{tail}"
     )
-    return rows_as(CallSummary, b.fetch(sql, params))
+    calls = rows_as(CallSummary, b.fetch(sql, params))
+    return _with_real_steps(b, calls) if real_steps else calls
+
+
+def _with_real_steps(backend: Backend, calls: list[CallSummary]) -> list[CallSummary]:
+    """Resumed calls with the step of the call that asked for the human.
+
+    A resumption skips the budget stage, so its span says step 0: the step the session was at is
+    the request's (same approval id, not resumed).
+    """
+    unstepped = sorted({c.approval_id for c in calls if c.resumed and not c.step and c.approval_id})
+    if not unstepped:
+        return calls
+    requests = _summaries(backend, "approval_id", unstepped, real_steps=False)
+    steps = {r.approval_id: r.step for r in requests if not r.resumed and r.step}
+    return [
+        replace(c, step=steps[c.approval_id])
+        if c.resumed and not c.step and c.approval_id in steps
+        else c
+        for c in calls
+    ]
+
+
+def tainting_call(source: Source, call: CallSummary) -> CallSummary | None:
+    """The call that tainted ``call``'s session: the first earlier call of the session that
+    returned untrusted outside text (``guard.untrusted``); None when there is none stored.
+
+    From that call on, the guard asks a human before any write in the session
+    (``TAINTED_CONTEXT``); its ``injection_detected`` and ``injection_rule`` say what was found.
+    """
+    if call.session is None:
+        return None
+    b = backend_of(source)
+    d = b.dialect
+    sql = (
+        f"SELECT {', '.join(_SUMMARY_COLUMNS)} FROM {d.ranked_calls} "
+        f"WHERE session = {d.param('session', 'string')} AND untrusted "
+        f"AND start_time <= {d.param('before', 'timestamp')} "
+        f"AND span_id <> {d.param('span', 'string')} ORDER BY start_time, seq LIMIT 1"
+    )
+    found = rows_as(
+        CallSummary,
+        b.fetch(
+            sql, {"session": call.session, "before": d.value(call.start_time), "span": call.span_id}
+        ),
+    )
+    return found[0] if found else None
+
+
+class AmbiguousIdError(LookupError):
+    """An id prefix matches more than one id; the message lists some of them."""
+
+
+_ID_COLUMNS = {"trace_id": "trace", "session": "session", "call_id": "call id"}
+
+
+def resolve_id(source: Source, column: str, prefix: str) -> str | None:
+    """The one ``column`` value (``trace_id``, ``session`` or ``call_id``) that is ``prefix`` or
+    starts with it; None when none does.
+
+    An exact match wins; otherwise the prefix must be unambiguous, or :class:`AmbiguousIdError`
+    is raised naming a few of the candidates.
+    """
+    if column not in _ID_COLUMNS:
+        raise ValueError(f"ids are looked up in {', '.join(_ID_COLUMNS)}, not {column}")
+    b = backend_of(source)
+    d = b.dialect
+    wanted = prefix.lower() if column == "trace_id" else prefix
+    rows = b.fetch(
+        f"SELECT DISTINCT {column} AS id FROM {d.calls} "
+        f"WHERE substring({column}, 1, {d.param('n', 'int')}) = {d.param('prefix', 'string')} "
+        f"ORDER BY id LIMIT 6",
+        {"n": len(wanted), "prefix": wanted},
+    )
+    ids = [r["id"] for r in rows]
+    if wanted in ids or len(ids) <= 1:
+        return wanted if wanted in ids else (ids[0] if ids else None)
+    shown = ", ".join(ids[:5]) + (", ..." if len(ids) > 5 else "")
+    raise AmbiguousIdError(f"{_ID_COLUMNS[column]} {prefix!r} is ambiguous: {shown}")
 
 
 _SPAN_COLUMNS = ", ".join(
@@ -234,12 +333,17 @@ def trace(source: Source, trace_id: str) -> TraceView | None:
     calls = _summaries(backend, "trace_id", [trace_id])
     approval_ids = sorted({c.approval_id for c in calls if c.approval_id})
     approvals = _summaries(backend, "approval_id", approval_ids) if approval_ids else []
+    tainted = (tainting_call(backend, c) for c in calls if c.code == _TAINTED)
     return TraceView(
         trace_id=trace_id,
         roots=tuple(_node(row, children) for row in children.get(None, ())),
         calls=tuple(calls),
         approvals=tuple(approvals),
+        tainted_by=tuple(t for t in tainted if t is not None),
     )
+
+
+_TAINTED = "TAINTED_CONTEXT"
 
 
 def session_calls(source: Source, session: str) -> list[CallSummary]:

@@ -15,6 +15,7 @@ from typing import Any
 import click
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 from rich.tree import Tree
 
 from .load import LoadReport
@@ -32,8 +33,15 @@ __all__ = [
 
 
 def console() -> Console:
-    """A console on stdout, as wide as the terminal (tables wrap rather than cut)."""
-    return Console(file=sys.stdout, highlight=False)
+    """A console on stdout: as wide as the terminal (tables wrap ids there, never cut them), or,
+    when stdout is a pipe or a file, as wide as the lines need (ids stay whole for grep)."""
+    if sys.stdout.isatty():
+        return Console(file=sys.stdout, highlight=False)
+    return Console(file=sys.stdout, highlight=False, width=_PIPE_WIDTH, soft_wrap=True)
+
+
+_PIPE_WIDTH = 1_000
+"""Tables are only as wide as their cells; this only keeps a pipe's lines from wrapping."""
 
 
 def echo_json(data: Any) -> None:
@@ -57,7 +65,9 @@ def print_load(report: LoadReport, as_json: bool) -> None:
         return
     for f in report.files:
         cut = "; truncated gzip: its whole lines were loaded" if f.truncated else ""
-        click.echo(f"{f.path}: {f.spans} spans, {f.errors} bad lines or spans, {f.bytes} bytes{cut}")
+        click.echo(
+            f"{f.path}: {f.spans} spans, {f.errors} bad lines or spans, {f.bytes} bytes{cut}"
+        )
     rate = report.spans / report.seconds if report.seconds else 0.0
     click.echo(
         f"loaded {report.spans} spans from {len(report.files)} file(s) in {report.seconds:.2f}s"
@@ -85,6 +95,7 @@ _PERCENT_FIELDS = {"rate", "share"}
 
 
 def metric_table(title: str, rows: list[Any]) -> Table:
+    """One metric's rows; values are text, never markup (tool names come from the model)."""
     table = Table(title=title, title_justify="left")
     if not rows:
         table.add_column("(no data)")
@@ -107,7 +118,7 @@ def metric_table(title: str, rows: list[Any]) -> Table:
                 cells.append(_cell(value))
             else:
                 cells.append(f"{value:.3f}")
-        table.add_row(*cells)
+        table.add_row(*(Text(cell) for cell in cells))
     return table
 
 
@@ -117,65 +128,107 @@ def print_report(data: dict[str, list[Any]], out: Console) -> None:
         out.print(metric_table(name.replace("_", " "), rows))
 
 
-def _node_label(node: SpanNode) -> str:
-    parts = [f"[bold]{node.name}[/bold]", f"{node.duration_ms:.3f} ms"]
-    if node.stage_outcome:
-        parts.append(node.stage_outcome)
-    if node.code:
-        parts.append(node.code)
+def _node_label(node: SpanNode) -> Text:
+    label = Text()
+    label.append(node.name, style="bold")
+    parts = [f"{node.duration_ms:.3f} ms", node.stage_outcome, node.code]
+    label.append("".join(f"  {p}" for p in parts if p))
     if node.status_code == 2:
-        parts.append("[red]error[/red]")
-    return "  ".join(parts)
+        label.append("  error", style="red")
+    return label
 
 
 def _add(tree: Tree, node: SpanNode) -> None:
     branch = tree.add(_node_label(node))
     for event in node.events:
         attrs = ", ".join(f"{k}={v}" for k, v in event.attributes.items())
-        branch.add(f"event {event.name} at {_cell(event.time)} {attrs}")
+        branch.add(Text(f"event {event.name} at {_cell(event.time)} {attrs}"))
     if node.name.startswith("execute_tool "):
         for key in ("guard.arguments", "gen_ai.tool.call.arguments"):
             if key in node.attributes:
-                branch.add(f"arguments (masked): {node.attributes[key]}")
+                branch.add(Text(f"arguments (masked): {node.attributes[key]}"))
                 break
+        if node.attributes.get("guard.message"):
+            branch.add(Text(f"message to the model: {node.attributes['guard.message']}"))
     for child in node.children:
         _add(branch, child)
 
 
-def _summary_row(c: CallSummary) -> list[str]:
-    approval = f"{c.approval_id} {c.approval_outcome}" if c.approval_id else ""
-    return [
+def _yes(value: bool | None) -> str:
+    return "yes" if value else ("no" if value is not None else "-")
+
+
+def _summary_row(c: CallSummary) -> list[Text]:
+    approval = f"{c.approval_id} {c.approval_outcome or ''}".strip() if c.approval_id else "-"
+    cells = [
         _cell(c.start_time),
         _cell(c.step),
         _cell(c.tool),
         _cell(c.code),
+        "yes" if c.replayed else "-",
         _cell(c.call_id),
         approval,
         _cell(c.attempts),
         c.trace_id,
     ]
+    return [Text(cell) for cell in cells]
+
+
+_CALL_COLUMNS = ("start", "step", "tool", "code", "replayed", "call id", "approval", "attempts")
 
 
 def calls_table(title: str, calls: Sequence[CallSummary]) -> Table:
-    table = Table(title=title, title_justify="left")
-    for name in ("start", "step", "tool", "code", "call id", "approval", "attempts", "trace"):
-        table.add_column(name)
+    """One row per call. Ids are never cut: on a narrow terminal they wrap (``overflow="fold"``)."""
+    table = Table(title=Text(title), title_justify="left")
+    for name in _CALL_COLUMNS:
+        table.add_column(name, overflow="fold")
+    table.add_column("trace", overflow="fold")
     for c in calls:
         table.add_row(*_summary_row(c))
     return table
 
 
+def _call_lines(c: CallSummary) -> list[str]:
+    lines = [
+        f"call {_cell(c.call_id)}: tool {_cell(c.tool)}, session {_cell(c.session)}, "
+        f"principal {_cell(c.principal)}, step {_cell(c.step)}",
+        f"  code {_cell(c.code)} (ok {_yes(c.ok)}, fixable by the model {_yes(c.fixable)}), "
+        f"outcome {_cell(c.outcome)}, attempts {_cell(c.attempts)}, replayed {_yes(c.replayed)}, "
+        f"confirmed {_yes(c.confirmed)}, resumed {_yes(c.resumed)}",
+    ]
+    if c.message:
+        lines.append(f"  message to the model: {c.message}")
+    if c.untrusted:
+        lines.append("  " + _taint_flags(c))
+    return lines
+
+
+def _taint_flags(c: CallSummary) -> str:
+    found = (
+        f"injection detected (rule {_cell(c.injection_rule)})"
+        if c.injection_detected
+        else "no injection detected"
+    )
+    return f"returned untrusted outside text: the session is tainted from here; {found}"
+
+
 def print_trace(view: TraceView) -> None:
+    """The span tree, each call with its message and flags, what tainted it, its approvals."""
     out = console()
-    tree = Tree(f"trace {view.trace_id}")
+    tree = Tree(Text(f"trace {view.trace_id}"))
     for root in view.roots:
         _add(tree, root)
     out.print(tree)
     for c in view.calls:
+        for line in _call_lines(c):
+            out.print(Text(line))
+    for t in view.tainted_by:
         out.print(
-            f"call {c.call_id} tool={c.tool} session={c.session} principal={c.principal} "
-            f"step={c.step} code={c.code} ok={c.ok} outcome={c.outcome} attempts={c.attempts} "
-            f"replayed={c.replayed} confirmed={c.confirmed}"
+            Text(
+                f"tainted by: call {_cell(t.call_id)} ({_cell(t.tool)}, step {_cell(t.step)}, "
+                f"{_cell(t.start_time)}): {_taint_flags(t)}\n"
+                f"  open it: callgate trace {t.trace_id}"
+            )
         )
     if view.approvals:
         out.print(calls_table("approval history", view.approvals))

@@ -65,6 +65,7 @@ from opentelemetry.sdk.trace.export import (
 )
 
 from telemetry import attributes as attr
+from telemetry import logfilter
 from telemetry.chain import chain_key
 from telemetry.masking import Masker, MaskMode
 from telemetry.metrics import MetricsSink
@@ -353,6 +354,7 @@ def configure(
     capture_content: bool | None = None,
     link_parent: bool = True,
     use_global_provider: bool = True,
+    mask_logs: bool = True,
 ) -> Telemetry:
     """Wire the trail, OTLP export, the host's provider and metrics; returns the handle.
 
@@ -360,7 +362,8 @@ def configure(
     ``CALLGATE_TRAIL_DIR`` names a directory. ``span_exporter`` replaces the OTLP exporter (tests,
     other backends) behind the same batch processor. ``use_global_provider``: replay spans through
     the application's global ``TracerProvider`` when it has set one and ``tracer_provider`` is not
-    given. ``masking_key`` should come from the deployment's secrets; without one a random key is
+    given. ``mask_logs`` masks what callgate's own loggers write (``telemetry.logfilter``): a
+    tool's exception or a validation error can hold argument values. ``masking_key`` should come from the deployment's secrets; without one a random key is
     used and hashes do not correlate across restarts (see the module docstring).
     """
     version_ = _package_version()
@@ -384,6 +387,8 @@ def configure(
     )
     if capture_content is None:
         capture_content = bool(_env_flag("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"))
+    if mask_logs:
+        logfilter.install(masker)
 
     if _env_flag("OTEL_SDK_DISABLED"):
         return Telemetry(
