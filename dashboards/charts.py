@@ -12,6 +12,8 @@ from typing import Any
 
 import altair as alt
 
+from . import fmt
+
 __all__ = [
     "bars",
     "color_cap",
@@ -114,20 +116,31 @@ def small_multiples(
     """One small line chart per ``(title, rows)`` panel, each with its own y scale, in a grid.
 
     For series of very different sizes (stage latencies from 1 µs to 60 ms) that would overlap
-    into one unreadable bundle on a shared axis. Each panel's title carries its unit.
+    into one unreadable bundle on a shared axis. Each panel's title carries its unit. One faceted
+    chart (not a concatenation of nine): Altair validates and Vega draws one spec.
     """
-    charts = [
-        alt.Chart(_data(rows), title=alt.TitleParams(title, fontSize=12, anchor="start"))
+    rows = [{**row, "panel": title} for title, panel in panels for row in panel]
+    return (
+        alt.Chart(_data(rows))
         .mark_line(point=True)
         .encode(
             x=alt.X(f"{x}:T", title=None, axis=alt.Axis(labelOverlap=True, tickCount=4)),
             y=alt.Y(f"{y}:Q", title=None, axis=alt.Axis(format=fmt, tickCount=4)),
-            tooltip=[alt.Tooltip(f"{x}:T"), alt.Tooltip(f"{y}:Q", format=fmt)],
+            tooltip=["panel:N", alt.Tooltip(f"{x}:T"), alt.Tooltip(f"{y}:Q", format=fmt)],
         )
         .properties(height=130, width=260)
-        for title, rows in panels
-    ]
-    return alt.concat(*charts, columns=columns)
+        .facet(
+            facet=alt.Facet(
+                "panel:N",
+                title=None,
+                sort=[title for title, _ in panels],
+                header=alt.Header(labelFontSize=12, labelAnchor="start", labelLimit=400),
+            ),
+            columns=columns,
+        )
+        .resolve_scale(y="independent")
+        .resolve_axis(x="independent")
+    )
 
 
 def bars(
@@ -227,39 +240,51 @@ def heatmap(
     if selection is not None:
         errors = errors.add_params(selection)
     gated = base.transform_filter("datum.gate").mark_rect(color="#c9daf0")
+    # Below the minimum-calls floor a rate is not shown; the cell stays, grey, with its count.
+    unrated = base.transform_filter("!datum.gate && datum.rate == null").mark_rect(color="#e6e6e6")
     labels = base.mark_text(fontSize=12).encode(
         text=alt.Text("rejected:Q", format=","),
         color=alt.condition(
             f"!datum.gate && datum.rate > {0.55 * cap}", alt.value("white"), alt.value("black")
         ),
     )
-    return (errors + gated + labels).properties(height=alt.Step(40))
+    return (errors + gated + unrated + labels).properties(height=alt.Step(40))
 
 
 def waterfall(rows: Sequence[Row]) -> Any:
-    """A trace's spans as bars on a shared time axis (ms since the call started)."""
+    """A trace's spans as bars on a shared time axis since the call started.
+
+    Rows carry ``start_ms``/``end_ms``; the axis reads in the unit that fits the trace
+    (:func:`dashboards.fmt.time_unit`): a 75 µs call is drawn in µs, not in 0.005 ms steps.
+    """
     order = [str(r["span"]) for r in rows]
+    unit, factor = fmt.time_unit([float(r["end_ms"]) for r in rows])
+    scaled = [
+        {**r, "start": float(r["start_ms"]) * factor, "end": float(r["end_ms"]) * factor}
+        for r in rows
+    ]
     # Room on the right for the labels that follow the longest bar.
-    right = 1.3 * max((float(r["end_ms"]) for r in rows), default=1.0)
-    base = alt.Chart(_data(rows)).encode(
+    right = 1.3 * max((float(r["end"]) for r in scaled), default=1.0)
+    base = alt.Chart(_data(scaled)).encode(
         y=alt.Y(
-            "span:N", sort=order, title=None, axis=alt.Axis(labelLimit=220, labelOverlap=False)
+            "span:N", sort=order, title=None, axis=alt.Axis(labelLimit=400, labelOverlap=False)
         ),
         tooltip=[
             "span:N",
             "outcome:N",
             "code:N",
-            alt.Tooltip("start_ms:Q", format=".3f"),
-            alt.Tooltip("duration_ms:Q", format=".3f"),
+            alt.Tooltip("start:Q", title=f"start ({unit})", format=",.3~r"),
+            alt.Tooltip("label:N", title="took"),
         ],
     )
     bar = base.mark_bar().encode(
         x=alt.X(
-            "start_ms:Q",
-            title="ms since the call started",
+            "start:Q",
+            title=f"{unit} since the call started",
             scale=alt.Scale(domain=[0, right], nice=False),
+            axis=alt.Axis(format=",~r"),
         ),
-        x2="end_ms:Q",
+        x2="end:Q",
         color=alt.Color(
             "outcome:N",
             title=None,
@@ -270,5 +295,5 @@ def waterfall(rows: Sequence[Row]) -> Any:
             ),
         ),
     )
-    label = base.mark_text(align="left", dx=4).encode(x="end_ms:Q", text="label:N")
+    label = base.mark_text(align="left", dx=4).encode(x="end:Q", text="label:N")
     return (bar + label).properties(height=alt.Step(30))

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TypeVar
 
-from analytics import advisories, call_latency, gates, metrics, reconstruct, shadow, taint
+from analytics import advisories, call_latency, gates, metrics, reconstruct, shadow
 from analytics.advisories import WarningCount
 from analytics.call_latency import CallLatency
 from analytics.gates import CodeKind, GateRates, PendingApprovals
@@ -421,13 +421,10 @@ TAINTED_CONTEXT = "TAINTED_CONTEXT"
 """The code of a write held because its session read untrusted text."""
 
 
-def taint_source(source: Source, view: reconstruct.TraceView) -> taint.TaintSource | None:
+def taint_source(source: Source, view: reconstruct.TraceView) -> reconstruct.CallSummary | None:
     """For a trace whose call (or the call it resumes) was held as TAINTED_CONTEXT: the call
-    that tainted the session (:func:`analytics.taint.tainted_by`); None otherwise."""
-    held = next(
-        (c for c in (*view.calls, *view.approvals) if c.code == TAINTED_CONTEXT and c.session),
-        None,
-    )
-    if held is None or held.session is None:
-        return None
-    return taint.tainted_by(source, held.session, before=held.start_time)
+    that tainted the session (analytics' ``TraceView.tainted_by`` / ``tainting_call``)."""
+    if view.tainted_by:
+        return view.tainted_by[0]
+    held = next((c for c in view.approvals if c.code == TAINTED_CONTEXT), None)
+    return reconstruct.tainting_call(source, held) if held is not None else None

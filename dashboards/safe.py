@@ -26,8 +26,13 @@ _BACKTICKS = re.compile(r"`+")
 
 
 def text(value: object) -> str:
-    """Markdown source that renders as ``str(value)``, literally, on one line (as inline code)."""
+    """Markdown source that renders as ``str(value)``, literally, on one line (as inline code).
+
+    An empty value is an empty string (not an empty code box).
+    """
     shown = _LINE_BREAKS.sub(" ", str(value))
+    if not shown.strip():
+        return ""
     fence = "`" * (1 + max((len(run) for run in _BACKTICKS.findall(shown)), default=0))
     # CommonMark strips one space on each side when both are there: the value reads unchanged.
     return f"{fence} {shown} {fence}"

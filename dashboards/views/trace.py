@@ -75,10 +75,10 @@ def _call_table(calls: tuple[reconstruct.CallSummary, ...]) -> None:
                 "step": c.step,
                 "tool": c.tool,
                 "code": c.code,
-                "stage": c.rejected_stage,
-                "replayed": c.replayed,
-                "approval": c.approval_outcome,
-                "ms": round(c.duration_ms, 3),
+                "stage": c.rejected_stage or "",
+                "replayed": bool(c.replayed),
+                "approval": c.approval_outcome or "",
+                "took": fmt.ms(c.duration_ms),
             }
             for c in calls
         ],
@@ -113,8 +113,8 @@ def _trace(ctx: PageContext, view: reconstruct.TraceView) -> None:
                 "span": safe.text(r["span"]),
                 "outcome": safe.text(r["outcome"]),
                 "code": safe.text(r["code"]),
-                "start (ms)": f"{r['start_ms']:.3f}",
-                "duration (ms)": f"{r['duration_ms']:.3f}",
+                "start": "+" + fmt.ms(r["start_ms"]),
+                "took": fmt.ms(r["duration_ms"]),
             }
             for r in rows
         ]
@@ -127,6 +127,8 @@ def _trace(ctx: PageContext, view: reconstruct.TraceView) -> None:
         for node in _nodes(view)
         for e in node.events
     ]
+    keys = list(dict.fromkeys(k for r in retries for k in r))
+    retries = [{k: "" if r.get(k) is None else r[k] for k in keys} for r in retries]
     if retries:
         st.markdown("**Events**")
         st.dataframe(retries, hide_index=True)
@@ -140,7 +142,7 @@ def _why(ctx: PageContext, view: reconstruct.TraceView, call: reconstruct.CallSu
     """What the model was told, the call's untrusted/injection flags, and for a write held as
     TAINTED_CONTEXT the call that tainted the session, linked."""
     attributes = view.roots[0].attributes if view.roots else {}
-    message = attributes.get(A.MESSAGE)
+    message = call.message or attributes.get(A.MESSAGE)
     if message:
         st.markdown("**Message the model received**")
         st.code(str(message), language=None, wrap_lines=True)
@@ -160,13 +162,11 @@ def _why(ctx: PageContext, view: reconstruct.TraceView, call: reconstruct.CallSu
             "text is stored (it may predate the loaded spans)."
         )
         return
-    more = source.untrusted_calls - 1
     st.error(
         "**Held: the session read untrusted text.** It was tainted by step "
         f"{safe.text(_shown(source.step))}, **{safe.text(_shown(source.tool))}** at "
         f"{fmt.when(source.start_time)} UTC"
         + _injection(source.injection_detected, source.injection_rule)
-        + (f" ({more} more untrusted result{'s' if more != 1 else ''} after it)" if more else "")
         + f". [Open the call that tainted the session](<{trace_link(trace=source.trace_id)}>)"
     )
     if source.message:

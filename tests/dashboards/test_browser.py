@@ -19,7 +19,7 @@ import duckdb
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
-from analytics import metrics, reconstruct, taint
+from analytics import metrics, reconstruct
 from analytics.load import connect, load
 from analytics.metrics import Filters
 from analytics.synth import generate, write_span_file
@@ -27,7 +27,7 @@ from dashboards import free_port, start_server, wait_until_ready
 from dashboards.server import stop
 from dashboards.views import PAGES
 
-from .conftest import HOSTILE_SESSION
+from .conftest import HOSTILE_CALL_ID, HOSTILE_SESSION
 from .helpers import assert_same, expected_overview, shown
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -118,7 +118,25 @@ def open_page(page: Page, server: str, query: str, title: str) -> None:
         ".includes('Running')",
         timeout=30_000,
     )
-    page.wait_for_timeout(500)  # let Vega finish painting before a screenshot
+    page.wait_for_load_state("networkidle")
+    page.wait_for_timeout(800)  # let Vega and the code highlighter finish painting
+
+
+def snap(page: Page, path: Path) -> None:
+    """A screenshot of the whole page: Streamlit scrolls inside its main block, so the viewport is
+    stretched to the main block's height first (a plain full-page shot stops at the fold)."""
+    height = int(
+        page.evaluate(
+            "() => { const m = document.querySelector('[data-testid=\"stMain\"]');"
+            " return m ? m.scrollHeight : document.body.scrollHeight; }"
+        )
+    )
+    size = page.viewport_size or {"width": 1500, "height": 1100}
+    page.set_viewport_size({"width": size["width"], "height": max(size["height"], height + 40)})
+    page.wait_for_load_state("networkidle")
+    page.wait_for_timeout(1200)
+    page.screenshot(path=str(path), full_page=True)
+    page.set_viewport_size(size)
 
 
 class TestBrowser:
@@ -142,7 +160,7 @@ class TestBrowser:
         finally:
             con.close()
         assert_same(shown(readings), expected)
-        page.screenshot(path=str(tmp_path / "overview.png"), full_page=True)
+        snap(page, tmp_path / "overview.png")
 
     def test_trace_opened_by_id_shows_its_stages(
         self, page: Page, server: str, fixture_db: Path, tmp_path: Path
@@ -164,7 +182,7 @@ class TestBrowser:
         assert [cells[0] for cells in rows] == [f"execute_tool {rejected.tool}", *stages]
         assert [cells[1] for cells in rows][1:] == ["pass"] * (len(stages) - 1) + ["reject"]
         assert rows[-1][2] == rejected.code
-        page.screenshot(path=str(tmp_path / "trace.png"), full_page=True)
+        snap(page, tmp_path / "trace.png")
 
     def test_screenshot_of_every_page(self, page: Page, server: str, tmp_path: Path) -> None:
         """Every page renders in the browser without an exception; a screenshot of each is kept."""
@@ -173,7 +191,7 @@ class TestBrowser:
             open_page(page, server, f"page={entry.slug}", entry.title)
             assert page.locator('[data-testid="stException"]').count() == 0, entry.slug
             assert_polished(page, entry.slug)
-            page.screenshot(path=str(shots / f"{entry.slug}.png"), full_page=True)
+            snap(page, shots / f"{entry.slug}.png")
         assert {p.stem for p in shots.iterdir()} >= {p.slug for p in PAGES}
 
     def test_demo_pages_and_a_tainted_write(
@@ -185,26 +203,32 @@ class TestBrowser:
             open_page(page, demo_server, f"page={entry.slug}", entry.title)
             assert page.locator('[data-testid="stException"]').count() == 0, entry.slug
             assert_polished(page, entry.slug)
-            page.screenshot(path=str(shots / f"{entry.slug}.png"), full_page=True)
+            snap(page, shots / f"{entry.slug}.png")
         con = duckdb.connect(str(demo_db), read_only=True)
         try:
             [held] = reconstruct.calls_with_code(con, "TAINTED_CONTEXT", limit=1)
             assert held.session is not None
-            source = taint.tainted_by(con, held.session, before=held.start_time)
+            source = reconstruct.tainting_call(con, held)
         finally:
             con.close()
         assert source is not None
         open_page(page, demo_server, f"page=trace&trace={held.trace_id}", "Trace explorer")
         alert = page.locator('[data-testid="stAlertContentError"]').first
         expect(alert).to_contain_text("Held: the session read untrusted text")
-        page.screenshot(path=str(shots / "trace-tainted.png"), full_page=True)
-        alert.get_by_role("link", name="Open the call that tainted the session").click()
-        page.get_by_role("heading", name=f"Trace {source.trace_id}").wait_for(timeout=30_000)
-        expect(page.locator('[data-testid="stAlertContentWarning"]').first).to_contain_text(
+        snap(page, shots / "trace-tainted.png")
+        link = alert.get_by_role("link", name="Open the call that tainted the session")
+        assert link.get_attribute("href") == f"?page=trace&trace={source.trace_id}"
+        with page.context.expect_page() as opened:  # Streamlit opens Markdown links in a new tab
+            link.click()
+        cause = opened.value
+        cause.set_viewport_size({"width": 1500, "height": 1100})
+        cause.get_by_role("heading", name=f"Trace {source.trace_id}").wait_for(timeout=30_000)
+        expect(cause.locator('[data-testid="stAlertContentWarning"]').first).to_contain_text(
             "untrusted"
         )
-        page.wait_for_timeout(500)
-        page.screenshot(path=str(shots / "trace-tainting-read.png"), full_page=True)
+        cause.wait_for_timeout(800)
+        snap(cause, shots / "trace-tainting-read.png")
+        cause.close()
 
 
 _NO_LIVE_MARKUP = """() => {
@@ -259,7 +283,7 @@ class TestHostileNamesInTheBrowser:
             open_page(page, hostile_server, f"page={entry.slug}", entry.title)
             assert page.locator('[data-testid="stException"]').count() == 0, entry.slug
             assert_no_live_markup(page, entry.slug)
-            page.screenshot(path=str(shots / f"{entry.slug}.png"), full_page=True)
+            snap(page, shots / f"{entry.slug}.png")
         con = duckdb.connect(str(hostile_db), read_only=True)
         try:
             (session,) = con.execute("SELECT min(session) FROM calls").fetchone() or ("",)
@@ -276,7 +300,8 @@ class TestHostileNamesInTheBrowser:
         main = page.locator('[data-testid="stMain"]')
         expect(main).to_contain_text(HOSTILE_SESSION)
         expect(main).to_contain_text(str(call.tool))
-        page.screenshot(path=str(shots / "trace-call.png"), full_page=True)
+        expect(main).to_contain_text(HOSTILE_CALL_ID.strip())
+        snap(page, shots / "trace-call.png")
 
     def test_reflected_url_parameter(self, page: Page, hostile_server: str, tmp_path: Path) -> None:
         """A link with ?trace=<markdown> shows the text in "Nothing found", nothing rendered."""
@@ -286,9 +311,7 @@ class TestHostileNamesInTheBrowser:
         )
         assert_no_live_markup(page, "reflected")
         expect(page.locator('[data-testid="stAlertContentWarning"]')).to_contain_text(payload)
-        page.screenshot(
-            path=str(screenshots(tmp_path, "hostile") / "reflected.png"), full_page=True
-        )
+        snap(page, screenshots(tmp_path, "hostile") / "reflected.png")
 
 
 class TestAutoRefresh:

@@ -13,8 +13,9 @@ import duckdb
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from analytics import reconstruct, taint
+from analytics import reconstruct
 from analytics.load import connect
+from dashboards.views import PAGES
 
 from .conftest import make_app
 from .helpers import unescape
@@ -47,7 +48,7 @@ class TestTaintedWrite:
         """The held write names the earlier untrusted read, its rule, and links to its trace."""
         held = _held(demo_con)
         assert held.session is not None
-        source = taint.tainted_by(demo_con, held.session, before=held.start_time)
+        source = reconstruct.tainting_call(demo_con, held)
         assert source is not None and source.start_time <= held.start_time
         at = open_trace(make_app(monkeypatch, demo_db), held.trace_id)
         [alert] = [e.value for e in at.error]
@@ -64,7 +65,7 @@ class TestTaintedWrite:
         """Opened from the link, the read says it returned untrusted text, with its rule."""
         held = _held(demo_con)
         assert held.session is not None
-        source = taint.tainted_by(demo_con, held.session, before=held.start_time)
+        source = reconstruct.tainting_call(demo_con, held)
         assert source is not None
         at = open_trace(make_app(monkeypatch, demo_db), source.trace_id)
         warning = unescape(" ".join(w.value for w in at.warning))
@@ -93,3 +94,25 @@ class TestTaintedWrite:
         [plain] = reconstruct.calls_with_code(demo_con, "INVALID_ARGUMENTS", limit=1)
         at = open_trace(make_app(monkeypatch, demo_db), plain.trace_id)
         assert not at.error and not at.warning
+
+
+class TestNoNoneCells:
+    def test_no_empty_cells_on_any_page(
+        self, demo_db: Path, demo_con: duckdb.DuckDBPyConnection, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """No table on any page (nor a session's calls) shows None or NaN for a missing value."""
+        held = _held(demo_con)
+        at = make_app(monkeypatch, demo_db)
+        at.run()
+        seen = 0
+        for page in PAGES:
+            at.sidebar.radio(key="page").set_value(page.slug).run()
+            assert not at.exception
+            for frame in (d.value for d in at.dataframe):
+                seen += 1
+                assert not frame.isna().any().any(), (page.slug, frame.columns.tolist())
+        at.text_input(key="trace_query").set_value(str(held.session)).run()
+        for frame in (d.value for d in at.dataframe):
+            seen += 1
+            assert not frame.isna().any().any(), ("session", frame.columns.tolist())
+        assert seen >= 10
