@@ -33,6 +33,7 @@ import telemetry
 from analytics.database import open_database
 from analytics.load import discover_files, load
 from callgate.fleet import Fleet, Tally
+from telemetry import logfilter
 from telemetry.sidecar import OTLPReceiver
 from telemetry.trail import SpanFileWriter
 
@@ -120,6 +121,9 @@ def run_demo(
         tally = _traffic(options, handle.observer, console)
     finally:
         handle.shutdown()
+        # configure() put a masking filter on callgate's loggers and shutdown() leaves it there:
+        # take it off, so a demo run inside another program (a test) leaves its logging as it was.
+        logfilter.uninstall()
         if receiver is not None:
             receiver.stop()
         if follower is not None:

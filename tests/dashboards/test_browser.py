@@ -122,6 +122,16 @@ def open_page(page: Page, server: str, query: str, title: str) -> None:
     page.wait_for_timeout(800)  # let Vega and the code highlighter finish painting
 
 
+_DRAWN = """() => {
+    const charts = [...document.querySelectorAll('[data-testid="stVegaLiteChart"]')];
+    const grids = [...document.querySelectorAll('[data-testid="stDataFrame"]')];
+    const code = [...document.querySelectorAll('[data-testid="stCode"]')];
+    return charts.every(c => c.querySelector('canvas, svg'))
+        && grids.every(g => g.querySelector('canvas, table'))
+        && code.every(c => c.querySelector('pre, code'));
+}"""
+
+
 def snap(page: Page, path: Path) -> None:
     """A screenshot of the whole page: Streamlit scrolls inside its main block, so the viewport is
     stretched to the main block's height first (a plain full-page shot stops at the fold)."""
@@ -134,6 +144,7 @@ def snap(page: Page, path: Path) -> None:
     size = page.viewport_size or {"width": 1500, "height": 1100}
     page.set_viewport_size({"width": size["width"], "height": max(size["height"], height + 40)})
     page.wait_for_load_state("networkidle")
+    page.wait_for_function(_DRAWN, timeout=30_000)
     page.wait_for_timeout(1200)
     page.screenshot(path=str(path), full_page=True)
     page.set_viewport_size(size)
@@ -300,7 +311,8 @@ class TestHostileNamesInTheBrowser:
         main = page.locator('[data-testid="stMain"]')
         expect(main).to_contain_text(HOSTILE_SESSION)
         expect(main).to_contain_text(str(call.tool))
-        expect(main).to_contain_text(HOSTILE_CALL_ID.strip())
+        shown = main.inner_text().replace("\u2060", "")  # the word joiner safe.text adds
+        assert HOSTILE_CALL_ID.strip() in shown
         snap(page, shots / "trace-call.png")
 
     def test_reflected_url_parameter(self, page: Page, hostile_server: str, tmp_path: Path) -> None:
