@@ -71,6 +71,13 @@ class Code(StrEnum):
         False,
         "Stop; ask the user or hand over to a human.",
     )
+    SESSION_LIMIT = (
+        "SESSION_LIMIT",
+        "The stores are full: new sessions are refused rather than forget others' state.",
+        "budget",
+        False,
+        "Do not retry; tell the user to try again later.",
+    )
 
     # resolve
     UNKNOWN_TOOL = (

@@ -51,7 +51,9 @@ def ambiguous_constructs(pattern: str) -> list[str]:
         if escaped in _SPELLED:
             found.append(f"\\{escaped} (write {_SPELLED[escaped]})")
     stripped = re.sub(r"\\.", "", pattern)
-    found += [f"{flag.group()} (inline flags differ by engine)" for flag in _FLAGS.finditer(stripped)]
+    found += [
+        f"{flag.group()} (inline flags differ by engine)" for flag in _FLAGS.finditer(stripped)
+    ]
     return found
 
 

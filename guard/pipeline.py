@@ -133,10 +133,7 @@ class Guard:
     ) -> ToolResult:
         """Run one proposed call. Never raises for anything the model sent."""
         call = self._start(session, name, raw_arguments, call_id, self.stages)
-        result = run_blocking(self._loop(call, self.stages))
-        if call.spec is not None and call.spec.authenticates is not None:
-            result = self._bind(session, call, result)
-        return self._finish(call, result)
+        return self._run(call, self.stages, session)
 
     async def aexecute(
         self,
@@ -148,11 +145,7 @@ class Guard:
     ) -> ToolResult:
         """``execute`` for async hosts: coroutine handlers run on the caller's event loop."""
         call = self._start(session, name, raw_arguments, call_id, self.stages)
-        call.waiter = AWAITING
-        result = await self._loop(call, self.stages)
-        if call.spec is not None and call.spec.authenticates is not None:
-            result = self._bind(session, call, result)
-        return self._finish(call, result)
+        return await self._arun(call, self.stages, session)
 
     def pending(self, approval_id: str) -> PendingAction | None:
         """The pending action to show an approver: tool, validated arguments, expiry."""
@@ -169,16 +162,39 @@ class Guard:
     async def aapprove(self, approval_id: str, *, by: str) -> ToolResult:
         """``approve`` for async hosts: a coroutine handler runs on the caller's event loop."""
         call, stages = self._resume(approval_id, approve=True, by=by)
-        call.waiter = AWAITING
-        return self._finish(call, await self._loop(call, stages))
+        return await self._arun(call, stages)
 
     async def adeny(self, approval_id: str, *, by: str) -> ToolResult:
         """``deny`` for async hosts."""
         call, stages = self._resume(approval_id, approve=False, by=by)
-        call.waiter = AWAITING
-        return self._finish(call, await self._loop(call, stages))
+        return await self._arun(call, stages)
 
     # -- the loop ---------------------------------------------------------------------------------
+
+    def _run(self, call: Call, stages: list[Stage], session: Session | None = None) -> ToolResult:
+        """The loop, blocking: it never suspends, so one step runs it to the end."""
+        try:
+            result = run_blocking(self._loop(call, stages))
+        except BaseException:
+            self._interrupted(call)
+            raise
+        if session is not None and call.spec is not None and call.spec.authenticates is not None:
+            result = self._bind(session, call, result)
+        return self._finish(call, result)
+
+    async def _arun(
+        self, call: Call, stages: list[Stage], session: Session | None = None
+    ) -> ToolResult:
+        """The loop, awaited on the caller's event loop."""
+        call.waiter = AWAITING
+        try:
+            result = await self._loop(call, stages)
+        except BaseException:  # cancelled (a client went away), or interrupted
+            self._interrupted(call)
+            raise
+        if session is not None and call.spec is not None and call.spec.authenticates is not None:
+            result = self._bind(session, call, result)
+        return self._finish(call, result)
 
     async def _loop(self, call: Call, stages: list[Stage]) -> ToolResult:
         """The one loop. A stage passes (None), ends the call (a result), or is awaited first
@@ -308,9 +324,31 @@ class Guard:
             env.idempotency.release(call.idempotency_key)
         call.claimed = False
 
+    def _interrupted(self, call: Call) -> None:
+        """The call was cancelled or interrupted (``CancelledError``, ``KeyboardInterrupt``: not an
+        ``Exception``) before it had a result. It still ends, so the trail records it and a claim
+        it holds is not left to go stale without a word: if a handler attempt of a write started,
+        the outcome is unknown, and a backend that cannot deduplicate gets it recorded under the
+        key (repeats replay TIMEOUT); otherwise the claim is released."""
+        started = call.attempts > 0 and call.spec is not None and call.spec.is_write
+        result = reject(
+            call,
+            Code.TIMEOUT,
+            "The call was interrupted before it answered"
+            + (
+                f": the action may or may not have happened (key {call.idempotency_key}). "
+                "Do not retry it; check its status first."
+                if started
+                else ". Nothing was done."
+            ),
+            outcome=Outcome.UNKNOWN if started else Outcome.NOT_APPLIED,
+        )
+        call.marks.append(self._time_ns())  # the stage in progress ends here
+        self._finish(call, result)
+
     def _decide(self, approval_id: str, *, approve: bool, by: str) -> ToolResult:
         call, stages = self._resume(approval_id, approve=approve, by=by)
-        return self._finish(call, run_blocking(self._loop(call, stages)))
+        return self._run(call, stages)
 
     def _resume(self, approval_id: str, *, approve: bool, by: str) -> tuple[Call, list[Stage]]:
         action = self.env.approvals.decide(

@@ -22,6 +22,7 @@ from guard.errors import ConfigurationError
 from guard.patterns import ambiguous_constructs, schema_patterns
 from guard.result import Advisory
 from guard.session import Principal
+from guard.views import ResultView
 
 __all__ = [
     "Authenticator",
@@ -270,11 +271,8 @@ class ToolSpec:
         # model_dump_json, which matters on a path every call takes.
         object.__setattr__(self, "_validator", self.arguments.__pydantic_validator__)
         object.__setattr__(self, "_serializer", self.arguments.__pydantic_serializer__)
-        if self.result_model is not None:
-            object.__setattr__(self, "_result_validator", self.result_model.__pydantic_validator__)
-            object.__setattr__(
-                self, "_result_serializer", self.result_model.__pydantic_serializer__
-            )
+        if self.result_model is not None:  # validated straight into dicts where it can be
+            object.__setattr__(self, "_result_view", ResultView(self.result_model))
         object.__setattr__(self, "is_async", inspect.iscoroutinefunction(self.handler))
         object.__setattr__(self, "is_write", self.effect is Effect.WRITE)
         object.__setattr__(self, "_schema", self.arguments.model_json_schema())
@@ -324,8 +322,7 @@ class ToolSpec:
             if output is None or isinstance(output, dict):
                 return output
             return {"value": output}
-        view = self._result_validator.validate_python(output)  # type: ignore[attr-defined]
-        data: dict[str, Any] = self._result_serializer.to_python(view, mode="json")  # type: ignore[attr-defined]
+        data: dict[str, Any] = self._result_view(output)  # type: ignore[attr-defined]
         return data
 
     @property

@@ -12,7 +12,7 @@ from guard.codes import Code
 from guard.result import ToolResult
 from guard.stages.base import Env, reject
 
-__all__ = ["MAX_ARGUMENT_BYTES", "MAX_DEPTH", "ParseStage"]
+__all__ = ["MAX_ARGUMENT_BYTES", "MAX_DEPTH", "MAX_SAFE_INTEGER", "ParseStage"]
 
 MAX_ARGUMENT_BYTES = 64 * 1024
 """Larger argument texts are refused unparsed: no tool here needs more, and parsing is not free."""
@@ -38,6 +38,18 @@ def _finite(text: str) -> float:
     return value
 
 
+MAX_SAFE_INTEGER = 2**53 - 1
+"""Integers beyond this are read differently by parsers that hold numbers as doubles (every
+JavaScript UI an approver may use): 9007199254740993 shows as ...992. RFC 7493 (I-JSON) range."""
+
+
+def _interoperable(text: str) -> int:
+    value = int(text)
+    if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
+        return value
+    raise _Ambiguous(f"integer {text[:24]} is beyond +/-2^53-1; send it as a string")
+
+
 def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     # Duplicate keys: Python keeps the last, other parsers the first; a reviewer, a log and the
     # executor could each read a different value. Refused at every level, naming the key.
@@ -52,7 +64,10 @@ def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 _DECODER = json.JSONDecoder(
-    object_pairs_hook=_unique, parse_constant=_no_constants, parse_float=_finite
+    object_pairs_hook=_unique,
+    parse_constant=_no_constants,
+    parse_float=_finite,
+    parse_int=_interoperable,
 )
 """Built once: ``json.loads`` with options builds a new decoder on every call."""
 
@@ -61,8 +76,9 @@ _DECODER = json.JSONDecoder(
 class ParseStage:
     """Decodes ``call.raw_arguments`` into ``call.parsed``; anything but an unambiguous object is refused.
 
-    Unambiguous: no duplicate keys, no NaN or infinite numbers, no strings that UTF-8 cannot carry
-    (lone surrogates), nesting at most ``MAX_DEPTH`` deep."""
+    Unambiguous: no duplicate keys, no NaN or infinite numbers, no integers beyond what a double
+    holds exactly, no strings that UTF-8 cannot carry (lone surrogates), nesting at most
+    ``MAX_DEPTH`` deep."""
 
     env: Env
     name: str = "parse"

@@ -186,3 +186,73 @@ class TestAsyncDecisions:
         assert ran == []
         result = asyncio.run(guard.aapprove(pending.approval_id, by="agent-7"))
         assert result.ok and ran == ["hi"] and clock.slept == [0.25]
+
+
+def cancellable_guard(
+    clock: ManualClock, *, dedupes: bool, observer: RecordingObserver | None = None
+) -> tuple[Guard, list[str]]:
+    """A coroutine write that records its side effect, then waits long enough to be cancelled."""
+    applied: list[str] = []
+
+    @tool(arguments=Note, effect=Effect.WRITE, risk=Risk.LOW, idempotent_backend=dedupes)
+    async def pay(args: Note, ctx: ToolContext) -> dict[str, str]:
+        """Pay."""
+        applied.append(ctx.idempotency_key or "")
+        await asyncio.sleep(5)
+        return {}
+
+    policy = Policy(roles={"user": RolePolicy(tools=frozenset({"pay"}))}, rate_limit=None)
+    return Guard(tools=[pay], policy=policy, clock=clock, observer=observer), applied
+
+
+def cancel_mid_handler(guard: Guard) -> None:
+    session = guard.session("s1", Principal(id="U-1", role="user"))
+
+    async def host() -> None:
+        task = asyncio.create_task(session.aexecute("pay", '{"text": "x"}'))
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(host())
+
+
+class TestInterrupted:
+    def test_a_write_cancelled_mid_handler_never_runs_blindly_again(
+        self, clock: ManualClock
+    ) -> None:
+        """A client that goes away mid-payment leaves an unknown outcome under the key, not a
+        claim that goes stale: the repeat, even after the lease, replays TIMEOUT and pays nothing."""
+        guard, applied = cancellable_guard(clock, dedupes=False)
+        cancel_mid_handler(guard)
+        clock.advance(guard.policy.claim_lease + 1)
+        again = guard.session("s1", Principal(id="U-1", role="user")).execute(
+            "pay", '{"text": "x"}'
+        )
+        assert again.code == "TIMEOUT" and again.outcome == "unknown" and again.replayed
+        assert again.idempotency_key == applied[0] and len(applied) == 1
+
+    def test_a_cancelled_write_the_backend_dedupes_may_run_again(self, clock: ManualClock) -> None:
+        """With a backend that honours the key the claim is released: the retry runs, same key."""
+        guard, applied = cancellable_guard(clock, dedupes=True)
+        cancel_mid_handler(guard)
+        session = guard.session("s1", Principal(id="U-1", role="user"))
+
+        async def retry() -> str:
+            task = asyncio.create_task(session.aexecute("pay", '{"text": "x"}'))
+            await asyncio.sleep(0.05)
+            task.cancel()
+            return "cancelled"
+
+        asyncio.run(retry())
+        assert len(applied) == 2 and len(set(applied)) == 1
+
+    def test_the_interrupted_call_still_ends(
+        self, clock: ManualClock, observer: RecordingObserver
+    ) -> None:
+        """The observer sees the cancelled call end (TIMEOUT, at the execute stage)."""
+        guard, _ = cancellable_guard(clock, dedupes=False, observer=observer)
+        cancel_mid_handler(guard)
+        [(call, result)] = observer.ended
+        assert result.code == "TIMEOUT" and call.rejected_stage == "execute"

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from guard.shop import ShopApp, build_shop
-from guard.stages.parse import MAX_DEPTH
+from guard.stages.parse import MAX_DEPTH, MAX_SAFE_INTEGER
 from guard.testing import ManualClock
 
 
@@ -138,6 +138,29 @@ class TestAmbiguousJson:
         """NaN, infinities (also spelt as 1e999) and integers past Python's limit are INVALID_JSON."""
         result = shop.session("s1", "CUS-1").execute("get_order", raw)
         assert result.code == "INVALID_JSON" and shop.backend.requests == 0
+
+    @given(
+        st.integers(MAX_SAFE_INTEGER + 1, 10**30) | st.integers(-(10**30), -MAX_SAFE_INTEGER - 1)
+    )
+    @settings(max_examples=50, deadline=None)
+    def test_integers_a_double_cannot_hold_are_refused(self, value: int) -> None:
+        """A JavaScript approver UI would show another amount than the one executed: refused."""
+        shop = build_shop(clock=ManualClock())
+        session = shop.session("s1", "CUS-1")
+        assert session.execute("get_order", '{"order_id": "ORD-1001"}').ok
+        raw = json.dumps(
+            {"order_id": "ORD-1001", "amount_cents": value, "currency": "BRL", "reason": "damaged"}
+        )
+        result = session.execute("refund_order", raw)
+        assert result.code == "INVALID_JSON" and "2^53" in result.message
+        assert shop.backend.side_effects == 0 and result.approval_id is None
+
+    @pytest.mark.parametrize("value", [MAX_SAFE_INTEGER, -MAX_SAFE_INTEGER, 0, 2590])
+    def test_integers_in_the_safe_range_parse(self, shop: ShopApp, value: int) -> None:
+        """The boundary itself is fine: parsed, then judged by the schema and the rules."""
+        raw = json.dumps({"order_id": "ORD-1001", "x": value})
+        result = shop.session("s1", "CUS-1").execute("get_order", raw)
+        assert result.code == "INVALID_ARGUMENTS"  # parsed; "x" is not an argument
 
     @given(st.integers(MAX_DEPTH, 5000))
     @settings(max_examples=30, deadline=None)
