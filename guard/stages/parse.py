@@ -71,6 +71,22 @@ _DECODER = json.JSONDecoder(
 )
 """Built once: ``json.loads`` with options builds a new decoder on every call."""
 
+_SCAN = _DECODER.scan_once  # type: ignore[attr-defined]  # set in __init__, untyped in typeshed
+_SPACE = " \t\n\r"
+
+
+def _decode(raw: str) -> Any:
+    """``_DECODER.decode(raw)`` without its Python wrapper and its two regex matches: the C scanner
+    directly, with JSON's four whitespace characters stripped around the value."""
+    start = len(raw) - len(raw.lstrip(_SPACE))
+    try:
+        value, end = _SCAN(raw, start)
+    except StopIteration as stop:
+        raise json.JSONDecodeError("Expecting value", raw, stop.value) from None
+    if end != len(raw) and (tail := raw[end:].lstrip(_SPACE)):
+        raise json.JSONDecodeError("Extra data", raw, len(raw) - len(tail))
+    return value
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ParseStage:
@@ -92,7 +108,7 @@ class ParseStage:
                 call, Code.INVALID_JSON, "Arguments are too large; send only the fields needed."
             )
         try:
-            parsed = _DECODER.decode(raw)
+            parsed = _decode(raw)
             _check_text(raw, parsed)
         except (ValueError, RecursionError) as error:
             where = f" ({error})" if isinstance(error, json.JSONDecodeError | _Ambiguous) else ""

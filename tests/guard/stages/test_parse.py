@@ -197,3 +197,21 @@ class TestAmbiguousJson:
         raw = '{"order_id": "ORD-1001", "note": "\\ud83d\\ude00 São"}'
         result = shop.session("s1", "CUS-1").execute("get_order", raw)
         assert result.code == "INVALID_ARGUMENTS"  # parsed; "note" is not an argument
+
+
+class TestFastDecode:
+    """The stage calls the C scanner directly; it must answer exactly as ``JSONDecoder.decode``."""
+
+    @settings(max_examples=500, deadline=None)
+    @given(st.text(alphabet=' \t\n\r\u00a0{}[]",:0123456789abnulltrue-.eE\\', max_size=24))
+    def test_same_values_and_errors_as_the_decoder(self, text: str) -> None:
+        """Values, error messages and error positions are those of the stdlib decoder."""
+        from guard.stages.parse import _DECODER, _decode
+
+        def answer(decode: Any) -> Any:
+            try:
+                return ("ok", decode(text))
+            except (ValueError, RecursionError) as error:
+                return (type(error).__name__, str(error))
+
+        assert answer(_decode) == answer(_DECODER.decode)
