@@ -40,7 +40,8 @@ def _identified(session: Session) -> Session:
 def play(directory: Path) -> dict[str, int]:
     """Two guards (enforcing, and all in shadow) over the retail store, one trail. Returns the
     side effects of each store."""
-    handle = configure(trail_dir=directory, masking_key=KEY, service_name="retail")
+    # mask_logs off: the log filter is process-wide and would outlive this fixture
+    handle = configure(trail_dir=directory, masking_key=KEY, service_name="retail", mask_logs=False)
     enforced = build_retail(clock=ManualClock(), observer=handle.observer)
     shadow = build_retail(clock=ManualClock(), observer=handle.observer, shadow=True)
     anonymous = enforced.session("chat-1")
