@@ -12,6 +12,7 @@ files for tests, demos and the benchmark).
 ``load`` is not re-exported: ``analytics.load`` stays the module (``analytics.load.load(con, paths)``).
 """
 
+from .advisories import WarningCount, warning_counts
 from .cli import analytics_cli, export_command, load_command, report_command, trace_command
 from .database import (
     DEFAULT_DB,
@@ -64,6 +65,7 @@ from .reconstruct import (
     to_jsonable,
     trace,
 )
+from .shadow import WouldHaveRejected, would_have_rejected
 
 __all__ = [
     "DEFAULT_DB",
@@ -94,6 +96,8 @@ __all__ = [
     "StageLatency",
     "StuckSession",
     "TraceView",
+    "WarningCount",
+    "WouldHaveRejected",
     "analytics_cli",
     "call_counts",
     "calls_by_call_id",
@@ -122,4 +126,6 @@ __all__ = [
     "to_jsonable",
     "trace",
     "trace_command",
+    "warning_counts",
+    "would_have_rejected",
 ]

@@ -19,7 +19,7 @@ from typing import Any
 
 import click
 
-from . import gates, metrics
+from . import advisories, gates, metrics, shadow
 from .database import DEFAULT_DB, DatabaseError, open_database
 from .load import ForeignFileError, follow, load
 from .parquet import export_parquet
@@ -178,6 +178,9 @@ def collect_report(
         "stuck_sessions": metrics.stuck_sessions(source, filters, limit=10),
         "confirmation_funnel": metrics.confirmation_funnel(source, filters, bucket=bucket),
         "stage_latency": metrics.stage_latency(source, filters, bucket=bucket),
+        # Issue 11: warnings that let calls through, and what shadow mode would have refused.
+        "warnings": advisories.warning_counts(source, filters, bucket=bucket),
+        "would_have_rejected_in_shadow": shadow.would_have_rejected(source, filters, bucket=bucket),
     }
 
 

@@ -21,6 +21,7 @@ from .query import (
     rows_as,
     where_clause,
 )
+from .shadow import ENFORCED_CODE_SQL
 
 __all__ = [
     "CallCount",
@@ -57,7 +58,8 @@ def call_counts_query(
     where, params = where_clause(filters, d)
     return (
         f"""
-        SELECT {bucket_expr(d, bucket)} AS bucket, tool, code, count(*) AS calls
+        SELECT {bucket_expr(d, bucket)} AS bucket, tool, {ENFORCED_CODE_SQL} AS code,
+               count(*) AS calls
         FROM {d.calls} {where}
         GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
         """,
@@ -102,7 +104,9 @@ def rejection_rate_query(
     Per tool: group the calls by (bucket, tool); calls = count, rejected = count of not OK.
     Per code (or tool and code): group by (bucket, [tool,] code); the denominator is the sum of
     the group counts over the bucket (and tool), a window over the grouped rows; OK rows are
-    dropped after the window has counted them.
+    dropped after the window has counted them. The code is the one the model got
+    (``ENFORCED_CODE_SQL``): a shadow call is counted by what happened, never by what the gate
+    would have decided (``analytics.shadow``).
     """
     where, params = where_clause(filters, d)
     b = bucket_expr(d, bucket)
@@ -120,7 +124,8 @@ def rejection_rate_query(
     return (
         f"""
         SELECT bucket, tool, code, calls, rejected FROM (
-            SELECT {b} AS bucket, {tool} AS tool, code, count(*) AS rejected,
+            SELECT {b} AS bucket, {tool} AS tool, {ENFORCED_CODE_SQL} AS code,
+                   count(*) AS rejected,
                    sum(count(*)) OVER (PARTITION BY {b}, {tool}) AS calls
             FROM {d.calls} {where}
             GROUP BY 1, 2, 3

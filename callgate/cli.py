@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from analytics.cli import export_command, load_command, report_command, trace_command
+from callgate.codes import codes_command
 from dashboards.cli import dashboard
 from guard.replay import Replayer, load_factory, shop_target
 from telemetry.cli import sidecar
@@ -47,7 +48,14 @@ def replay(scenario: TextIO, app: str | None, table: bool) -> None:
 
 
 for command in (
-    sidecar, load_command, report_command, trace_command, export_command, dashboard, verify_command
+    sidecar,
+    load_command,
+    report_command,
+    trace_command,
+    export_command,
+    dashboard,
+    verify_command,
+    codes_command,
 ):
     main.add_command(command)
 

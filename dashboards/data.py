@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TypeVar
 
-from analytics import call_latency, gates, metrics, reconstruct
+from analytics import advisories, call_latency, gates, metrics, reconstruct, shadow
+from analytics.advisories import WarningCount
 from analytics.call_latency import CallLatency
 from analytics.gates import CodeKind, GateRates, PendingApprovals
 from analytics.metrics import (
@@ -29,6 +30,7 @@ from analytics.metrics import (
     StageLatency,
     StuckSession,
 )
+from analytics.shadow import WouldHaveRejected
 
 from .source import Source
 
@@ -201,6 +203,10 @@ class RejectionsData:
     """Calls per bucket, tool and code (the heatmap's trend)."""
     kinds: list[CodeKind]
     """Every code with its stage and kind, in pipeline order (the heatmap's columns)."""
+    warnings: list[WarningCount]
+    """Warnings that let calls through, per tool and code."""
+    shadow: list[WouldHaveRejected]
+    """What shadow mode would have refused, per tool and code: apart from enforced rejections."""
 
     def kind_of(self, code: str | None) -> str:
         """The kind (:data:`analytics.gates.GATE_KINDS`) of ``code``; policy refusal if unknown."""
@@ -217,6 +223,8 @@ def rejections(
         fields=metrics.invalid_fields(source, filters, limit=10),
         counts=metrics.call_counts(source, filters, bucket=bucket),
         kinds=gates.code_kinds(source, filters),
+        warnings=advisories.warning_counts(source, filters),
+        shadow=shadow.would_have_rejected(source, filters),
     )
 
 

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from guard.codes import Code
-from guard.result import Problem, ToolResult
+from guard.codes import Code, ReasonCode
+from guard.result import Advisory, Problem, ToolResult
 from guard.session import Principal
 from guard.waiting import BLOCKING, Waiter
 
@@ -29,7 +29,7 @@ class StageRecord:
     outcome: str
     """``pass`` (on to the next stage), ``reject`` (the call ends unsuccessfully) or ``final``
     (the call ends successfully here: executed, or replayed)."""
-    code: Code | None = None
+    code: ReasonCode | None = None
 
 
 @dataclass(slots=True, kw_only=True)
@@ -113,6 +113,21 @@ class Call:
     """Text of an untrusted result, for telemetry to scan for injected instructions."""
     result_data: dict[str, Any] | None = None
     """The filtered result the model received."""
+    warnings: tuple[Advisory, ...] = ()
+    """Warnings the checks raised; a call that succeeds carries them to the model."""
+    previous_principal: Principal | None = None
+    """Set when this call changed the session's principal (an authenticating tool, or
+    ``Session.authenticate`` before it): who the session acted for before."""
+    shadowed: bool = False
+    """The call runs in shadow mode: rejections are recorded, not enforced."""
+    shadow: ReasonCode | None = None
+    """Shadow mode: the code the gate would have answered with; the call ran anyway."""
+    shadow_stage: str | None = None
+    """Shadow mode: the stage that would have ended the call."""
+    shadow_fixable: bool = False
+    """Shadow mode: whether the model could have fixed the would-be rejection."""
+    turns_marked: bool = False
+    """The host marks turns (``Session.next_turn``): the per-turn ceiling applies."""
 
     @property
     def stages(self) -> list[StageRecord]:

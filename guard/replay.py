@@ -7,24 +7,26 @@ A call line::
      "approve": true | false | null}
 
 ``approve`` true: when the call waits for a human, one approves and the call resumes; false: one
-denies; null or absent: it stays pending. Control lines: ``{"fault": "lose_next_response" |
+denies; null or absent: it stays pending. With ``"principal": null`` the session starts anonymous
+(role ``role``, default ``anonymous``) and learns its user from an authenticating tool. Control lines: ``{"fault": "lose_next_response" |
 "transient" | "slow", "count": n}`` and ``{"advance_seconds": n}`` (moves the clock).
 
 Each call yields one output line ``{"call_id", "tool", "ok", "code", "replayed", "outcome",
-"message"}``; a malformed line yields ``{"line": n, "error": ...}`` and the run goes on.
+"message"}`` (with ``warnings`` and ``shadow`` when there are); a malformed line yields ``{"line": n, "error": ...}`` and the run goes on.
 """
 
 from __future__ import annotations
 
 import importlib
 import json
+import os
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from guard.codes import Code
 from guard.pipeline import Guard, Session
 from guard.result import ToolResult
 from guard.session import Principal
@@ -54,6 +56,8 @@ def load_factory(spec: str) -> Callable[[ManualClock], Any]:
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
         raise ValueError(f"--app wants module:factory, got {spec!r}")
+    if "" not in sys.path and os.getcwd() not in sys.path:  # as `python -m` does: the project's
+        sys.path.insert(0, os.getcwd())  # own modules (examples.retail) import from where you run
     factory = getattr(importlib.import_module(module_name), attribute)
     if not callable(factory):
         raise ValueError(f"{spec} is not callable")
@@ -132,16 +136,7 @@ class Replayer:
             arguments = json.dumps(arguments)
         result = session.execute(str(record["tool"]), arguments, call_id=record.get("call_id"))
         approve = record.get("approve")
-        if (
-            approve is not None
-            and result.approval_id is not None
-            and not result.ok
-            and result.code
-            in (
-                Code.CONFIRMATION_REQUIRED,
-                Code.TAINTED_CONTEXT,
-            )
-        ):
+        if approve is not None and result.needs_human and result.approval_id is not None:
             guard = self.target.guard
             decide = guard.approve if approve else guard.deny
             result = decide(result.approval_id, by=str(record.get("approver", DEFAULT_APPROVER)))
@@ -154,10 +149,15 @@ class Replayer:
         session_id = str(record.get("session", "default"))
         session = self.sessions.get(session_id)
         if session is None:
-            role = str(record.get("role", "customer"))
-            principal = Principal(
-                id=str(record["principal"]), role=role, scopes=ROLE_SCOPES.get(role, frozenset())
-            )
+            if "principal" in record and record["principal"] is None:  # nobody known yet
+                principal = Principal.anonymous(role=str(record.get("role", "anonymous")))
+            else:
+                role = str(record.get("role", "customer"))
+                principal = Principal(
+                    id=str(record["principal"]),
+                    role=role,
+                    scopes=ROLE_SCOPES.get(role, frozenset()),
+                )
             session = self.sessions[session_id] = self.target.guard.session(session_id, principal)
         if record.get("new_turn"):
             session.next_turn()
@@ -165,12 +165,16 @@ class Replayer:
 
 
 def _output(result: ToolResult, call_id: Any) -> dict[str, Any]:
-    return {
-        "call_id": call_id,
-        "tool": result.tool,
-        "ok": result.ok,
-        "code": str(result.code),
-        "replayed": result.replayed,
-        "outcome": str(result.outcome),
-        "message": result.message,
-    }
+    return (
+        {
+            "call_id": call_id,
+            "tool": result.tool,
+            "ok": result.ok,
+            "code": str(result.code),
+            "replayed": result.replayed,
+            "outcome": str(result.outcome),
+            "message": result.message,
+        }
+        | ({"warnings": [str(w.code) for w in result.warnings]} if result.warnings else {})
+        | ({"shadow": str(result.shadow)} if result.shadow is not None else {})
+    )

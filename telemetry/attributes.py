@@ -263,14 +263,24 @@ CALL_ATTRIBUTES: tuple[Attribute, ...] = (
         "true",
         "Shadow mode: `guard.code` says what the gate would have decided; it was not enforced.",
     ),
-    _a(SHADOW_CODE, "string", "POLICY_LIMIT", "In shadow mode, the code that was not enforced."),
+    _a(
+        SHADOW_CODE,
+        "string",
+        "POLICY_LIMIT",
+        "In shadow mode, the code the gate would have answered with and did not enforce (as `guard.code`); `guard.ok`, `guard.outcome` and `error.type` say what happened.",
+    ),
     _a(
         PRINCIPAL_PREVIOUS,
         "string",
         "p_0a1b2c3d4e5f",
         "Keyed hash of the principal before the call authenticated mid-session.",
     ),
-    _a(AUTHENTICATED, "bool", "true", "The session's principal is authenticated."),
+    _a(
+        AUTHENTICATED,
+        "bool",
+        "true",
+        "Whether the principal is identified: false before a lookup, true on the call that identified it.",
+    ),
     _a(
         TEXT_REPLACED,
         "bool",

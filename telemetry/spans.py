@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any, TypeAlias
 
-from guard.call import Call
+from guard.call import Call, stage_outcome
 from guard.codes import Code
 from guard.result import ToolResult
 from telemetry import attributes as attr
@@ -93,14 +93,17 @@ def _layout(
         status_code=STATUS_UNSET if result.ok else STATUS_ERROR,
         status_message="" if result.ok else code_text,
     )
-    last_outcome = "final" if result.ok else "reject"
-    fixable = _fixable(code)
+    last_outcome = stage_outcome(result)
+    fixable = result_fixable(result)
+    shadow_stage = call.shadow_stage if call.shadow is not None else None
     shapes = _shapes
     stages: list[_Stage] = []
     for index in range(ran):
         last = index == ran - 1
-        key = (chain[index], last_outcome if last else "pass", code_text if last else None,
-               fixable if last else None)  # fmt: skip
+        stage = chain[index]
+        shadowed = stage == shadow_stage and not last  # would have rejected; the call went on
+        code_of = code_text if last else str(call.shadow) if shadowed else None
+        key = (stage, last_outcome if last else "pass", code_of, fixable if last else None)
         events = None
         if call.retries and chain[index] == "execute":
             events = [
@@ -194,6 +197,12 @@ def _fixable(code: Any) -> bool:
     return bool(getattr(code, "fixable", False))
 
 
+def result_fixable(result: ToolResult) -> bool:
+    """The result's own verdict (a check may decide per refusal), else its code's flag."""
+    fixable = getattr(result, "fixable", None)
+    return _fixable(result.code) if fixable is None else bool(fixable)
+
+
 def _code_stage(code: Any) -> str | None:
     stage = getattr(code, "stage", None)
     return stage if isinstance(stage, str) else None
@@ -204,6 +213,10 @@ def call_attributes(
 ) -> tuple[str, list[tuple[str, AttributeValue]]]:
     """The (encodable) tool name as the span name shows it, and the call span's attributes."""
     code = result.code
+    fixable = result_fixable(result)
+    shadow = getattr(call, "shadow", None)
+    if shadow is not None:  # shadow mode: guard.code says what the gate would have decided
+        code, fixable = shadow, bool(call.shadow_fixable)
     spec = call.spec
     tool_name = call.tool if spec is not None and spec.name == call.tool else masker.text(call.tool)
     items: list[tuple[str, AttributeValue]] = [
@@ -213,7 +226,7 @@ def call_attributes(
         (attr.GEN_AI_CONVERSATION_ID, masker.identifier(call.session_id)),
         (attr.CODE, str(code)),
         (attr.OK, result.ok),
-        (attr.FIXABLE, _fixable(code)),
+        (attr.FIXABLE, fixable),
         (attr.REPLAYED, result.replayed),
         (attr.CONFIRMED, call.confirmed),
         (attr.RESUMED, call.approval is not None),
@@ -231,10 +244,23 @@ def call_attributes(
     if call.call_id is not None:
         items.append((attr.GEN_AI_TOOL_CALL_ID, masker.text(call.call_id)))
     if not result.ok:
-        items.append((attr.ERROR_TYPE, str(code)))
-    rejected = call.rejected_stage
+        items.append((attr.ERROR_TYPE, str(result.code)))
+    rejected = call.rejected_stage if shadow is None else call.shadow_stage
     if rejected is not None:
         items.append((attr.REJECTED_STAGE, rejected))
+    if shadow is not None:
+        items += [(attr.SHADOW, True), (attr.SHADOW_CODE, str(shadow))]
+    warnings = getattr(result, "warnings", ())
+    if warnings:
+        items += [
+            (attr.WARNINGS, len(warnings)),
+            (attr.WARNING_CODES, [str(warning.code) for warning in warnings]),
+        ]
+    previous = getattr(call, "previous_principal", None)
+    if previous is not None:
+        items.append((attr.PRINCIPAL_PREVIOUS, masker.principal(previous.id)))
+    if previous is not None or not getattr(call.principal, "authenticated", True):
+        items.append((attr.AUTHENTICATED, bool(getattr(call.principal, "authenticated", True))))
     if spec is not None:
         items += [
             (attr.EFFECT, str(spec.effect)),
@@ -261,7 +287,9 @@ def call_attributes(
         if capture_content:
             items.append((attr.GEN_AI_TOOL_CALL_ARGUMENTS, arguments))
     if call.problems:
-        items.append((attr.INVALID_FIELDS, [masker.text(problem.path) for problem in call.problems]))
+        items.append(
+            (attr.INVALID_FIELDS, [masker.text(problem.path) for problem in call.problems])
+        )
     if call.untrusted_text:
         rule = detect_injection(call.untrusted_text)
         items.append((attr.INJECTION_DETECTED, rule is not None))

@@ -32,6 +32,7 @@ def render(ctx: PageContext) -> None:
     found = data.rejections(ctx.source, ctx.filters, min_calls=min_calls, bucket=ctx.bucket)
     if not found.cells:
         st.success("No rejections in this window.")
+        _watched(found)
         return
     cells: list[dict[str, Any]] = [
         {
@@ -88,6 +89,47 @@ def render(ctx: PageContext) -> None:
         st.subheader("Top failing fields (INVALID_ARGUMENTS)")
         _fields(found)
     _drill_down(ctx, found)
+    _watched(found)
+
+
+def _watched(found: data.RejectionsData) -> None:
+    """Calls that went through anyway: with a warning, or in shadow mode (never as rejections)."""
+    if found.shadow:
+        st.subheader("Shadow mode: would have rejected")
+        st.caption(
+            "Calls a guard in shadow mode ran although it would have refused them: not counted "
+            "above, which shows what the model got. Read it before turning enforcement on."
+        )
+        st.dataframe(
+            [
+                {
+                    "tool": r.tool,
+                    "code": r.code,
+                    "stage": r.stage,
+                    "fixable": "yes" if r.fixable else "no",
+                    "would have rejected": r.would_have_rejected,
+                    "shadow calls": r.shadow_calls,
+                    "rate": fmt.rate(r.rate),
+                }
+                for r in found.shadow
+            ],
+            hide_index=True,
+        )
+    if found.warnings:
+        st.subheader("Warnings that let calls through")
+        st.dataframe(
+            [
+                {
+                    "tool": w.tool,
+                    "code": w.code,
+                    "warnings": w.warnings,
+                    "calls of tool": w.calls,
+                    "share": fmt.rate(w.share),
+                }
+                for w in found.warnings
+            ],
+            hide_index=True,
+        )
 
 
 def _fields(found: data.RejectionsData) -> None:

@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 from guard.call import Call
 from guard.clock import Clock
-from guard.codes import Code
+from guard.codes import ReasonCode
 from guard.observe import Observer
 from guard.policy import Policy
 from guard.registry import ToolRegistry
@@ -44,18 +44,21 @@ class Env:
     counters: CounterStore
     clock: Clock
     observer: Observer
+    deps: Any = None
+    """The host's dependencies, handed to every check and handler (``CheckContext.deps``)."""
 
 
 def reject(
     call: Call,
-    code: Code,
+    code: ReasonCode,
     message: str,
     *,
     data: dict[str, Any] | None = None,
+    fixable: bool | None = None,
     outcome: Outcome = Outcome.NOT_APPLIED,
     approval_id: str | None = None,
 ) -> ToolResult:
-    """A final result for ``call`` that did not succeed."""
+    """A final result for ``call`` that did not succeed. ``fixable`` overrides the code's flag."""
     return ToolResult(
         ok=False,
         code=code,
@@ -66,6 +69,7 @@ def reject(
         tool=call.tool,
         idempotency_key=call.idempotency_key,
         approval_id=approval_id or (call.approval.id if call.approval else None),
+        fixable=code.fixable if fixable is None else fixable,
     )
 
 

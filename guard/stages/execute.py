@@ -17,7 +17,7 @@ from guard.result import Outcome, ToolResult
 from guard.stages.base import Env, reject
 from guard.stages.idempotency import stored
 from guard.stages.policy import taint_key
-from guard.stages.rules import seen_key
+from guard.stages.rules import remember, seen_key
 
 __all__ = ["ExecuteStage"]
 
@@ -98,6 +98,7 @@ class ExecuteStage:
             attempt=call.attempts,
             timeout=call.spec.timeout,
             approval_id=call.approval.id if call.approval else None,
+            deps=self.env.deps,
         )
 
     def _failed(self, call: Call, error: Exception) -> ToolResult | float:
@@ -167,7 +168,9 @@ class ExecuteStage:
             tool=call.tool,
             idempotency_key=call.idempotency_key,
             approval_id=call.approval.id if call.approval else None,
+            warnings=call.warnings,
         )
+        call.result_data = data
         now, policy = (env.clock.now() if call.attempts > 1 else call.now), env.policy
         if spec.is_write and call.idempotency_key is not None:
             text = stored(result)
@@ -192,10 +195,11 @@ class ExecuteStage:
             env.counters.incr(
                 seen_key(call.session_id, spec.name, record), now=now, ttl=policy.session_ttl
             )
+        if spec.name in env.registry.kept:  # what later prerequisites of the session ask for
+            remember(call, env, now)
         if spec.untrusted_output:
             env.counters.incr(taint_key(call.session_id), now=now, ttl=policy.session_ttl)
             call.untrusted_text = tuple(_texts(data))
-        call.result_data = data
         return result
 
 
