@@ -11,6 +11,8 @@ from rich.console import Console
 from rich.table import Table
 
 from analytics.cli import export_command, load_command, report_command, trace_command
+from callgate.approvals import approvals
+from callgate.gateway.cli import gateway
 from dashboards.cli import dashboard
 from guard.replay import Replayer, load_factory, shop_target
 from telemetry.cli import sidecar
@@ -45,7 +47,16 @@ def replay(scenario: TextIO, app: str | None, table: bool) -> None:
         click.echo(json.dumps(record, ensure_ascii=False))
 
 
-for command in (sidecar, load_command, report_command, trace_command, export_command, dashboard):
+for command in (
+    sidecar,
+    load_command,
+    report_command,
+    trace_command,
+    export_command,
+    dashboard,
+    gateway,
+    approvals,
+):
     main.add_command(command)
 
 

@@ -48,6 +48,12 @@ class Code(StrEnum):
         "resolve",
         False,
     )
+    TOOL_DEFINITION_CHANGED = (
+        "TOOL_DEFINITION_CHANGED",
+        "The tool's definition changed since it was pinned; an operator must review it.",
+        "resolve",
+        False,
+    )
 
     # parse and schema
     INVALID_JSON = ("INVALID_JSON", "Arguments are not a JSON object.", "parse", True)
