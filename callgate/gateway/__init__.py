@@ -9,8 +9,8 @@ The names below are imported on first use, so ``callgate`` runs without the ``mc
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from importlib import import_module as _import_module
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from callgate.gateway.config import ConfigError, GatewayConfig, load_config, parse_config
@@ -52,8 +52,8 @@ _HOMES = {
 }
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     home = _HOMES.get(name)
     if home is None:
         raise AttributeError(f"module 'callgate.gateway' has no attribute {name!r}")
-    return getattr(import_module(f"callgate.gateway.{home}"), name)
+    return getattr(_import_module(f"callgate.gateway.{home}"), name)

@@ -384,7 +384,10 @@ class _Reader:
             env=self.mapping_of_strings(data, "env", f"{path}.env"),
             cwd=str(self.base / cwd) if cwd is not None else str(self.base),
             url=url,
-            headers=self.mapping_of_strings(data, "headers", f"{path}.headers"),
+            headers={
+                k: os.path.expandvars(v)
+                for k, v in self.mapping_of_strings(data, "headers", f"{path}.headers").items()
+            },
             namespace=namespace,
             timeout=float(self.positive(data, "timeout", f"{path}.timeout", 10.0)),
             connect_timeout=float(

@@ -20,13 +20,16 @@ import logging
 import os
 import sys
 from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
 from typing import Any
 
 import anyio
 import anyio.abc
+import httpx2
 import mcp_types as types
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import get_default_environment
+from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from callgate.gateway.config import UpstreamConfig
@@ -144,7 +147,10 @@ class Upstream:
 
         async def run() -> None:
             try:
-                async with Client(self._target(), message_handler=self._notified) as client:
+                async with AsyncExitStack() as stack:
+                    client = await stack.enter_async_context(
+                        Client(await self._target(stack), message_handler=self._notified)
+                    )
                     ready.append(client)
                     started.set()
                     await stop.wait()
@@ -168,8 +174,15 @@ class Upstream:
         self.connects += 1
         return outcome
 
-    def _target(self) -> StdioServerParameters | str:
+    async def _target(self, stack: AsyncExitStack) -> StdioServerParameters | str | Any:
         config = self.config
+        if config.url is not None and config.headers:
+            http = await stack.enter_async_context(
+                httpx2.AsyncClient(
+                    headers=dict(config.headers), timeout=httpx2.Timeout(30, read=300)
+                )
+            )
+            return streamable_http_client(config.url, http_client=http)
         if config.url is not None:
             return config.url
         assert config.command is not None

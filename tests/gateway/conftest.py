@@ -78,3 +78,8 @@ serve:
 def effects(tmp: Path) -> list[str]:
     path = tmp / "effects.txt"
     return path.read_text().splitlines() if path.exists() else []
+
+
+from tests.guard.stores.conftest import redis_url  # noqa: E402  (the real redis-server fixture)
+
+__all__ = ["redis_url"]
