@@ -97,15 +97,15 @@ class TestHttp:
                 views = []
                 read: dict[str, Any] = {}
                 for token in (TOKEN_BOT, TOKEN_READER):
-                    async with httpx2.AsyncClient(
-                        headers={"Authorization": f"Bearer {token}"}
-                    ) as http:
-                        async with Client(streamable_http_client(url, http_client=http)) as client:
-                            views.append([t.name for t in (await client.list_tools()).tools])
-                            if token == TOKEN_READER:
-                                read = _payload(
-                                    await client.call_tool("shop_get_order", {"order_id": "H1"})
-                                )
+                    async with (
+                        httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}) as http,
+                        Client(streamable_http_client(url, http_client=http)) as client,
+                    ):
+                        views.append([t.name for t in (await client.list_tools()).tools])
+                        if token == TOKEN_READER:
+                            read = _payload(
+                                await client.call_tool("shop_get_order", {"order_id": "H1"})
+                            )
                 return anonymous.status_code, views[0], views[1], read
 
             status, bot_view, reader_view, read = anyio.run(scenario)
