@@ -102,7 +102,16 @@ class Upstream:
             if err.code == types.REQUEST_TIMEOUT:
                 raise TimeoutError(f"{self.name} did not answer {name} in time") from err
             raise UpstreamRefused(err.code, err.message) from err
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError, EOFError) as err:
+        except httpx2.ConnectError as err:  # the request never left: nothing happened
+            self._lost(client)
+            raise ConnectionError(f"{self.name} cannot be reached: {err}") from err
+        except (
+            anyio.ClosedResourceError,
+            anyio.BrokenResourceError,
+            EOFError,
+            OSError,
+            httpx2.TransportError,
+        ) as err:
             self._lost(client)
             raise UpstreamLost(f"{self.name} closed the connection during {name}") from err
 
