@@ -87,7 +87,13 @@ def build_server(
         result = await gateway.call(
             principal, session_id, params.name, params.arguments, call_id=call_id
         )
-        if result.code not in _ASKS or result.approval_id is None or not _can_elicit(ctx):
+        asked_already = params.request_state is not None  # the human cancelled: do not ask again
+        if (
+            result.code not in _ASKS
+            or result.approval_id is None
+            or asked_already
+            or not _can_elicit(ctx)
+        ):
             return render(result)
         action = gateway.pending(result.approval_id)
         if action is None:

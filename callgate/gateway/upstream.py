@@ -68,7 +68,8 @@ class Upstream:
         self._on_tools = on_tools
         self._client: Client | None = None
         self._stop: anyio.Event | None = None
-        self._lock = anyio.Lock()
+        self._reconnected: anyio.Event | None = None
+        self._failure: str | None = None
         self._group: anyio.abc.TaskGroup | None = None
         self.connects = 0
         """How many times a connection was made (1 after start; more after crashes)."""
@@ -123,29 +124,39 @@ class Upstream:
     # -- the connection ---------------------------------------------------------------------------
 
     async def _ensure(self) -> Client:
+        """The live client, reconnecting if needed.
+
+        The reconnect runs in its own task, so a caller cancelled at its tool's timeout (a slow
+        process start on a loaded machine) does not cancel it: the next call finds it connected.
+        """
         client = self._client
         if client is not None:
             return client
-        async with self._lock:
-            if self._client is not None:
-                return self._client
-            try:
-                with anyio.fail_after(self.config.connect_timeout):
-                    client = await self._connect()
-                    await self._list(client)
-            except TimeoutError as err:
-                await self.stop()
-                raise ConnectionError(
-                    f"{self.name}: no answer within {self.config.connect_timeout:g} s"
-                ) from err
-            except ConnectionError:
-                await self.stop()
-                raise
-            except Exception as err:
-                await self.stop()
-                raise ConnectionError(f"{self.name}: cannot connect: {err}") from err
-            self._client = client
-            return client
+        assert self._group is not None, "start() first"
+        if self._reconnected is None:
+            self._reconnected = anyio.Event()
+            self._group.start_soon(self._reconnect, self._reconnected)
+        await self._reconnected.wait()
+        if self._client is None:
+            raise ConnectionError(self._failure or f"{self.name}: cannot connect")
+        return self._client
+
+    async def _reconnect(self, done: anyio.Event) -> None:
+        try:
+            with anyio.fail_after(self.config.connect_timeout):
+                client = await self._connect()
+                await self._list(client)
+            self._client, self._failure = client, None
+        except TimeoutError:
+            self._failure = f"{self.name}: no answer within {self.config.connect_timeout:g} s"
+            await self.stop()
+        except Exception as err:
+            self._failure = f"{self.name}: cannot connect: {err}"
+            log.warning("upstream %s: %s", self.name, self._failure)
+            await self.stop()
+        finally:
+            self._reconnected = None
+            done.set()
 
     async def _connect(self) -> Client:
         assert self._group is not None, "start() first"
