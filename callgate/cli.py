@@ -12,6 +12,7 @@ from rich.table import Table
 
 from analytics.cli import export_command, load_command, report_command, trace_command
 from callgate.approvals import approvals
+from callgate.codes import codes_command
 from callgate.gateway.cli import gateway
 from dashboards.cli import dashboard
 from guard.replay import Replayer, load_factory, shop_target
@@ -54,6 +55,7 @@ for command in (
     trace_command,
     export_command,
     dashboard,
+    codes_command,
     gateway,
     approvals,
 ):

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from callgate.personas import PERSONAS, Decision, Persona, Proposal, Script
-from guard import Code, Observer, RateLimit, Session, ToolResult
+from guard import Code, Observer, RateLimit, ReasonCode, Session, ToolResult
 from guard.shop import Order, ShopApp, build_shop, shop_policy
 from guard.testing import ManualClock
 
@@ -30,7 +30,7 @@ class Answer:
 
     session: str
     tool: str
-    code: Code
+    code: ReasonCode
     replayed: bool
     resumed: bool
     approval_id: str | None
@@ -85,7 +85,7 @@ class Tally:
         return recovered, rejected
 
 
-def _end(code: Code) -> str:
+def _end(code: ReasonCode) -> str:
     if code is Code.OK:
         return "executed"
     if code is Code.CONFIRMATION_DENIED:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from guard import Code, ToolResult
-from guard.shop import Order
+from guard.shop import AMOUNT_EXCEEDS_REFUNDABLE, CURRENCY_MISMATCH, Order
 
 __all__ = ["PERSONAS", "Decision", "Persona", "Proposal", "Script"]
 
@@ -157,7 +157,7 @@ def wrong_currency(p: Persona) -> Script:
     other = "USD" if order.currency == "BRL" else "BRL"
     amount = p.amount(order)
     result = yield call("refund_order", refund(order, amount, p.reason(), other))
-    if result.code == Code.CURRENCY_MISMATCH:
+    if result.code == CURRENCY_MISMATCH:
         yield call("refund_order", refund(order, amount, p.reason()), decision=p.decision())
 
 
@@ -166,7 +166,7 @@ def over_refund(p: Persona) -> Script:
     order = p.order()
     yield call("get_order", {"order_id": order.order_id})
     result = yield call("refund_order", refund(order, order.amount_cents + 500, p.reason()))
-    if result.code in (Code.AMOUNT_EXCEEDS_REFUNDABLE, Code.POLICY_LIMIT):
+    if result.code in (AMOUNT_EXCEEDS_REFUNDABLE, Code.POLICY_LIMIT):
         yield call(
             "refund_order",
             refund(order, min(order.amount_cents, 9_000), p.reason()),

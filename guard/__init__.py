@@ -2,7 +2,7 @@
 
 from guard.call import Call, Reservation, RetryRecord, StageRecord
 from guard.clock import Clock, SystemClock
-from guard.codes import Code
+from guard.codes import Code, DomainCode, ReasonCode
 from guard.errors import ConfigurationError, GuardError, RuleViolation, TransientError
 from guard.observe import BaseObserver, MultiObserver, NullObserver, Observer
 from guard.pipeline import ApprovalNotFound, Guard, Session
@@ -11,17 +11,20 @@ from guard.registry import (
     CheckContext,
     Effect,
     Prerequisite,
+    Requirement,
     RetryPolicy,
     Risk,
+    SeenIn,
     ToolContext,
     ToolRegistry,
     ToolSpec,
     tool,
 )
-from guard.result import Outcome, Problem, ToolResult
+from guard.result import Advisory, Outcome, Problem, ToolResult
 from guard.session import Principal
 
 __all__ = [
+    "Advisory",
     "AmountLimit",
     "ApprovalNotFound",
     "BaseObserver",
@@ -30,6 +33,7 @@ __all__ = [
     "Clock",
     "Code",
     "ConfigurationError",
+    "DomainCode",
     "Effect",
     "Guard",
     "GuardError",
@@ -42,12 +46,15 @@ __all__ = [
     "Principal",
     "Problem",
     "RateLimit",
+    "ReasonCode",
+    "Requirement",
     "Reservation",
     "RetryPolicy",
     "RetryRecord",
     "Risk",
     "RolePolicy",
     "RuleViolation",
+    "SeenIn",
     "Session",
     "StageRecord",
     "SystemClock",

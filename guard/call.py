@@ -7,15 +7,16 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from guard.codes import Code
-from guard.result import Problem, ToolResult
+from guard.codes import Code, ReasonCode
+from guard.result import Advisory, Problem, ToolResult
 from guard.session import Principal
+from guard.waiting import BLOCKING, Waiter
 
 if TYPE_CHECKING:
     from guard.registry import ToolSpec
     from guard.stores.base import PendingAction
 
-__all__ = ["Call", "Reservation", "RetryRecord", "StageRecord"]
+__all__ = ["Call", "Reservation", "RetryRecord", "StageRecord", "stage_outcome"]
 
 
 @dataclass(slots=True, kw_only=True)
@@ -28,7 +29,7 @@ class StageRecord:
     outcome: str
     """``pass`` (on to the next stage), ``reject`` (the call ends unsuccessfully) or ``final``
     (the call ends successfully here: executed, or replayed)."""
-    code: Code | None = None
+    code: ReasonCode | None = None
 
 
 @dataclass(slots=True, kw_only=True)
@@ -106,26 +107,31 @@ class Call:
     per boundary keeps the pipeline cheap; ``stages`` turns them into records when asked."""
     end_ns: int = 0
     result: ToolResult | None = None
+    waiter: Waiter = BLOCKING
+    """How the call waits on the world: blocking (``execute``) or on the event loop (``aexecute``)."""
     untrusted_text: tuple[str, ...] = ()
     """Text of an untrusted result, for telemetry to scan for injected instructions."""
     result_data: dict[str, Any] | None = None
     """The filtered result the model received."""
+    warnings: tuple[Advisory, ...] = ()
+    """Warnings the checks raised; a call that succeeds carries them to the model."""
+    previous_principal: Principal | None = None
+    """Set when this call changed the session's principal (an authenticating tool, or
+    ``Session.authenticate`` before it): who the session acted for before."""
+    shadowed: bool = False
+    """The call runs in shadow mode: rejections are recorded, not enforced."""
+    shadow: ReasonCode | None = None
+    """Shadow mode: the code the gate would have answered with; the call ran anyway."""
+    shadow_stage: str | None = None
+    """Shadow mode: the stage that would have ended the call."""
+    turns_marked: bool = False
+    """The host marks turns (``Session.next_turn``): the per-turn ceiling applies."""
 
     @property
     def stages(self) -> list[StageRecord]:
         """The stages that ran, in order, each with its timing and how it ended."""
-        ran = len(self.marks) - 1
-        records = [
-            StageRecord(
-                name=self.chain[i], start_ns=self.marks[i], end_ns=self.marks[i + 1], outcome="pass"
-            )
-            for i in range(ran)
-        ]
-        if records and self.result is not None:
-            last = records[-1]
-            last.outcome = "final" if self.result.ok else "reject"
-            last.code = self.result.code
-        return records
+        last = len(self.marks) - 2
+        return [self.stage_record(i, self.result if i == last else None) for i in range(last + 1)]
 
     def stage_record(self, index: int, result: ToolResult | None) -> StageRecord:
         """The record of stage ``index``, which just ended with ``result`` (None: it passed)."""
@@ -133,7 +139,7 @@ class Call:
             name=self.chain[index],
             start_ns=self.marks[index],
             end_ns=self.marks[index + 1],
-            outcome="pass" if result is None else "final" if result.ok else "reject",
+            outcome=stage_outcome(result),
             code=None if result is None else result.code,
         )
 
@@ -143,3 +149,11 @@ class Call:
         if self.result is None or self.result.ok or len(self.marks) < 2:
             return None
         return self.chain[len(self.marks) - 2]
+
+
+def stage_outcome(result: ToolResult | None) -> str:
+    """How a stage that answered ``result`` ended: the one place the rule is written.
+
+    ``pass`` (None: on to the next stage), ``final`` (the call ends successfully here) or
+    ``reject`` (it ends unsuccessfully)."""
+    return "pass" if result is None else "final" if result.ok else "reject"

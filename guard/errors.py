@@ -14,9 +14,12 @@ bug: it is logged with its traceback and the model gets ``INTERNAL_ERROR``.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
-from guard.codes import Code
+if TYPE_CHECKING:
+    from guard.codes import ReasonCode
+    from guard.result import Problem
 
 __all__ = ["ConfigurationError", "GuardError", "RuleViolation", "TransientError"]
 
@@ -30,12 +33,33 @@ class ConfigurationError(GuardError):
 
 
 class RuleViolation(GuardError):
-    """A business rule refuses the call. ``message`` is shown to the model, so keep it actionable."""
+    """A business rule refuses the call. ``message`` is shown to the model, so keep it actionable.
 
-    def __init__(self, code: Code, message: str, *, data: dict[str, Any] | None = None) -> None:
-        super().__init__(message)
+    ``code`` is a core ``Code`` or the deployment's ``DomainCode``. Without a ``message`` the model
+    gets the problems (if any) and the code's advice. ``fixable`` overrides the code's own flag for
+    this one refusal (choosing another variant is fixable; a closed account is not), and
+    ``problems`` names what is wrong field by field, as schema errors do (``data.problems``).
+    """
+
+    def __init__(
+        self,
+        code: ReasonCode,
+        message: str | None = None,
+        *,
+        data: dict[str, Any] | None = None,
+        fixable: bool | None = None,
+        problems: Iterable[Problem] = (),
+    ) -> None:
         self.code = code
+        self.problems: tuple[Problem, ...] = tuple(problems)
+        self.fixable: bool = code.fixable if fixable is None else fixable
+        if message is None:
+            listed = "; ".join(problem.sentence() for problem in self.problems)
+            message = f"{code.phrase} {listed + '. ' if listed else ''}{code.advice}"
+        super().__init__(message)
         self.message = message
+        if self.problems:
+            data = {**(data or {}), "problems": [problem.to_dict() for problem in self.problems]}
         self.data = data
 
 

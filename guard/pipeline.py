@@ -9,14 +9,14 @@ from typing import Any
 
 from guard.call import Call
 from guard.clock import Clock, SystemClock
-from guard.codes import Code
+from guard.codes import Code, DomainCode
 from guard.errors import ConfigurationError, GuardError
 from guard.observe import NullObserver, Observer, wants_stage_events
 from guard.policy import Policy
 from guard.registry import ToolRegistry, ToolSpec
 from guard.result import Outcome, ToolResult
 from guard.session import Principal
-from guard.stages import Env, ExecuteStage, Stage, default_chain, reject
+from guard.stages import Env, Stage, default_chain, reject
 from guard.stages.idempotency import stored
 from guard.stores.base import (
     ApprovalState,
@@ -26,6 +26,7 @@ from guard.stores.base import (
     PendingAction,
 )
 from guard.stores.memory import MemoryApprovalStore, MemoryCounterStore, MemoryIdempotencyStore
+from guard.waiting import AWAITING, run_blocking
 
 __all__ = ["ApprovalNotFound", "Guard", "Session"]
 
@@ -33,6 +34,19 @@ log = logging.getLogger("guard")
 
 _INVALID = frozenset({Code.INVALID_JSON, Code.INVALID_ARGUMENTS, Code.UNKNOWN_TOOL})
 """Codes that count towards the validation-failure budget: the model keeps sending malformed calls."""
+
+_ALWAYS_ENFORCED = frozenset(
+    {
+        Code.UNKNOWN_TOOL,
+        Code.INVALID_JSON,
+        Code.INVALID_ARGUMENTS,
+        Code.IN_PROGRESS,
+        Code.IDEMPOTENCY_CONFLICT,
+        Code.INTERNAL_ERROR,
+    }
+)
+"""Shadow mode still answers these: without valid arguments (or with the same write already
+running) there is nothing the host could have run without the gate either."""
 
 
 class ApprovalNotFound(GuardError, LookupError):
@@ -59,10 +73,23 @@ class Guard:
         counters: CounterStore | None = None,
         clock: Clock | None = None,
         observer: Observer | None = None,
+        deps: Any = None,
+        codes: Iterable[DomainCode] = (),
+        shadow: bool | Iterable[str] = False,
     ) -> None:
-        self.registry = ToolRegistry(tools)
+        """``deps`` is handed to every check and handler (``ctx.deps``); ``codes`` adds the
+        deployment's own codes to those its tools declare; ``shadow`` (True, or tool names) runs
+        every stage, records what the gate would have decided, then runs the call regardless."""
+        self.registry = ToolRegistry(tools, codes=codes)
         self.policy = policy
         _check_leases(self.registry, policy)
+        self.shadow_all = shadow is True
+        self.shadow_tools: frozenset[str] = (
+            frozenset() if isinstance(shadow, bool) else frozenset(shadow)
+        )
+        if unknown := sorted(self.shadow_tools - set(self.registry)):
+            raise ConfigurationError(f"shadow names unknown tools: {', '.join(unknown)}")
+        self._shadowing = self.shadow_all or bool(self.shadow_tools)
         self.env = Env(
             registry=self.registry,
             policy=policy,
@@ -71,6 +98,7 @@ class Guard:
             counters=counters if counters is not None else MemoryCounterStore(),
             clock=clock if clock is not None else SystemClock(),
             observer=observer if observer is not None else NullObserver(),
+            deps=deps,
         )
         self.stages: list[Stage] = default_chain(self.env)
         self._resume_stages = self.stages[1:]  # a resumed call already paid its budget
@@ -88,9 +116,12 @@ class Guard:
     def observer(self) -> Observer:
         return self.env.observer
 
-    def session(self, session_id: str, principal: Principal) -> Session:
-        """A handle for one conversation acting for ``principal``."""
-        return Session(self, session_id, principal)
+    def session(self, session_id: str, principal: Principal, *, turn: int | None = None) -> Session:
+        """A handle for one conversation acting for ``principal``.
+
+        Hosts that rebuild the handle per request pass the conversation's ``turn`` (the number of
+        user messages so far): the per-turn ceiling then applies as if ``next_turn`` had been called."""
+        return Session(self, session_id, principal, turn=turn)
 
     def execute(
         self,
@@ -102,7 +133,10 @@ class Guard:
     ) -> ToolResult:
         """Run one proposed call. Never raises for anything the model sent."""
         call = self._start(session, name, raw_arguments, call_id, self.stages)
-        return self._finish(call, self._run(call, self.stages))
+        result = run_blocking(self._loop(call, self.stages))
+        if call.spec is not None and call.spec.authenticates is not None:
+            result = self._bind(session, call, result)
+        return self._finish(call, result)
 
     async def aexecute(
         self,
@@ -114,7 +148,11 @@ class Guard:
     ) -> ToolResult:
         """``execute`` for async hosts: coroutine handlers run on the caller's event loop."""
         call = self._start(session, name, raw_arguments, call_id, self.stages)
-        return self._finish(call, await self._arun(call, self.stages))
+        call.waiter = AWAITING
+        result = await self._loop(call, self.stages)
+        if call.spec is not None and call.spec.authenticates is not None:
+            result = self._bind(session, call, result)
+        return self._finish(call, result)
 
     def pending(self, approval_id: str) -> PendingAction | None:
         """The pending action to show an approver: tool, validated arguments, expiry."""
@@ -129,59 +167,44 @@ class Guard:
         return self._decide(approval_id, approve=False, by=by)
 
     async def aapprove(self, approval_id: str, *, by: str) -> ToolResult:
-        """``approve`` for async hosts."""
+        """``approve`` for async hosts: a coroutine handler runs on the caller's event loop."""
         call, stages = self._resume(approval_id, approve=True, by=by)
-        return self._finish(call, await self._arun(call, stages))
+        call.waiter = AWAITING
+        return self._finish(call, await self._loop(call, stages))
+
+    async def adeny(self, approval_id: str, *, by: str) -> ToolResult:
+        """``deny`` for async hosts."""
+        call, stages = self._resume(approval_id, approve=False, by=by)
+        call.waiter = AWAITING
+        return self._finish(call, await self._loop(call, stages))
 
     # -- the loop ---------------------------------------------------------------------------------
 
-    def _run(self, call: Call, stages: list[Stage]) -> ToolResult:
-        if self._stage_events:
-            return self._run_observed(call, stages)
-        marks = call.marks
-        marks.append(self._time_ns())
+    async def _loop(self, call: Call, stages: list[Stage]) -> ToolResult:
+        """The one loop. A stage passes (None), ends the call (a result), or is awaited first
+        (execute, which waits on the world through ``call.waiter``)."""
+        observer = self.env.observer if self._stage_events else None
+        marks, time_ns = call.marks, self._time_ns
+        marks.append(time_ns())
         for stage in stages:
-            try:
-                result = stage(call)
-            except Exception:
-                result = _stage_failed(call, stage)
-            marks.append(self._time_ns())
-            if result is not None:
-                return result
-        raise AssertionError("the execute stage always answers")  # pragma: no cover
-
-    def _run_observed(self, call: Call, stages: list[Stage]) -> ToolResult:
-        observer, marks = self.env.observer, call.marks
-        marks.append(self._time_ns())
-        for index, stage in enumerate(stages):
-            _notify(observer.stage_started, call, stage.name)
-            try:
-                result = stage(call)
-            except Exception:
-                result = _stage_failed(call, stage)
-            marks.append(self._time_ns())
-            _notify(observer.stage_ended, call, call.stage_record(index, result))
-            if result is not None:
-                return result
-        raise AssertionError("the execute stage always answers")  # pragma: no cover
-
-    async def _arun(self, call: Call, stages: list[Stage]) -> ToolResult:
-        observer, marks, live = self.env.observer, call.marks, self._stage_events
-        marks.append(self._time_ns())
-        for index, stage in enumerate(stages):
-            if live:
+            if observer is not None:
                 _notify(observer.stage_started, call, stage.name)
             try:
-                if isinstance(stage, ExecuteStage):
-                    result: ToolResult | None = await stage.acall(call)
-                else:
-                    result = stage(call)
+                result = stage(call)
+                if result is not None and not isinstance(result, ToolResult):
+                    result = await result
             except Exception:
                 result = _stage_failed(call, stage)
-            marks.append(self._time_ns())
-            if live:
-                _notify(observer.stage_ended, call, call.stage_record(index, result))
+            marks.append(time_ns())
+            if observer is not None:
+                _notify(observer.stage_ended, call, call.stage_record(len(marks) - 2, result))
             if result is not None:
+                if (
+                    self._shadowing
+                    and call.shadowed
+                    and _waived(call, stage, result, self.registry)
+                ):
+                    continue  # shadow mode: recorded, not enforced
                 return result
         raise AssertionError("the execute stage always answers")  # pragma: no cover
 
@@ -210,7 +233,13 @@ class Guard:
             start_ns=self._time_ns(),
             now=self.env.clock.now(),
             chain=self._names[id(stages)],
+            turns_marked=session.turns_marked,
         )
+        session.called = True
+        if session.previous_principal is not None:  # Session.authenticate: audited on this call
+            call.previous_principal, session.previous_principal = session.previous_principal, None
+        if self._shadowing:
+            call.shadowed = self.shadow_all or call.tool in self.shadow_tools
         if self._live:
             _notify(self.env.observer.call_started, call)
         return call
@@ -228,10 +257,39 @@ class Guard:
                     env.counters.reset(key)
         except Exception:
             log.exception("settling call %s failed", call.call_id)
+        if call.shadow is not None:
+            result.shadow = call.shadow
         call.result = result
         call.end_ns = call.marks[-1] if call.marks else self._time_ns()
         if self._live:
             _notify(env.observer.call_ended, call, result)
+        return result
+
+    def _bind(self, session: Session, call: Call, result: ToolResult) -> ToolResult:
+        """An authenticating tool succeeded: the principal it names now acts for the session.
+
+        Counters, taint and approvals are keyed by session, so they carry over. A session already
+        bound to a user stays bound: a lookup naming someone else is refused and shows nothing."""
+        spec = call.spec
+        if spec is None or spec.authenticates is None or not result.ok:
+            return result
+        try:
+            found = spec.authenticates(result.data, session.principal)
+        except Exception:
+            log.exception("authenticator of %s raised", spec.name)
+            return reject(call, Code.INTERNAL_ERROR, _INTERNAL, outcome=Outcome.APPLIED)
+        current = session.principal
+        if found is None or found == current:
+            return result
+        if current.authenticated and found.id != current.id:
+            return reject(
+                call,
+                Code.PERMISSION_DENIED,
+                "This conversation already acts for an identified user; it cannot switch to "
+                "another. Do not retry; a new conversation is needed for another user.",
+                outcome=Outcome.APPLIED,
+            )
+        call.previous_principal, session.principal, call.principal = current, found, found
         return result
 
     def _settle_claim(self, call: Call, result: ToolResult) -> None:
@@ -252,7 +310,7 @@ class Guard:
 
     def _decide(self, approval_id: str, *, approve: bool, by: str) -> ToolResult:
         call, stages = self._resume(approval_id, approve=approve, by=by)
-        return self._finish(call, self._run(call, stages))
+        return self._finish(call, run_blocking(self._loop(call, stages)))
 
     def _resume(self, approval_id: str, *, approve: bool, by: str) -> tuple[Call, list[Stage]]:
         action = self.env.approvals.decide(
@@ -285,17 +343,45 @@ class Guard:
 
 
 class Session:
-    """One conversation: a principal, a session id, and the current turn."""
+    """One conversation: a principal, a session id, and the current turn.
 
-    def __init__(self, guard: Guard, session_id: str, principal: Principal) -> None:
+    Turns: call ``next_turn`` on every user message (the first included, or not: a ``next_turn``
+    before any call does not start a new turn). Each turn gets ``Policy.max_steps_per_turn`` calls.
+    A host that never calls it gets only ``max_steps_per_session``: the per-turn ceiling applies
+    once turns are marked, so long unmarked runs are never cut short by it.
+    """
+
+    def __init__(
+        self, guard: Guard, session_id: str, principal: Principal, *, turn: int | None = None
+    ) -> None:
         self.guard = guard
         self.id = session_id
         self.principal = principal
-        self.turn = 1
+        """Who the session acts for now: an authenticating tool or ``authenticate`` changes it."""
+        self.turn = 1 if turn is None else turn
+        self.turns_marked = turn is not None
+        """The host marks turns: the per-turn ceiling applies."""
+        self.called = False
+        """A call has run through this handle."""
+        self.previous_principal: Principal | None = None
+        """Set by ``authenticate`` until the next call records the change on its span."""
 
     def next_turn(self) -> None:
         """Call on every new user message: the per-turn step budget starts again."""
-        self.turn += 1
+        if self.called or self.turns_marked:
+            self.turn += 1
+        self.turns_marked = True
+
+    def authenticate(self, principal: Principal) -> None:
+        """Bind the user the host identified itself (a login, a verified token) mid-session.
+
+        The session id stays, so step counters, taint and pending approvals carry over; the next
+        call's span records the previous principal (``guard.principal.previous``)."""
+        if principal == self.principal:
+            return
+        if self.previous_principal is None:
+            self.previous_principal = self.principal
+        self.principal = principal
 
     def execute(
         self,
@@ -335,6 +421,17 @@ def _check_leases(registry: ToolRegistry, policy: Policy) -> None:
                 f"write tool {spec.name!r} may run {worst:g} s (timeout x attempts + backoff), "
                 f"not less than the claim lease of {policy.claim_lease:g} s"
             )
+
+
+def _waived(call: Call, stage: Stage, result: ToolResult, registry: ToolRegistry) -> bool:
+    """Shadow mode: keep the first decision the gate would have taken, and go on as without it."""
+    if result.ok or stage.name == "execute" or result.code in _ALWAYS_ENFORCED:
+        return False
+    if call.shadow is None:
+        call.shadow, call.shadow_stage = result.code, stage.name
+    if call.spec is None and stage.name == "resolve":  # the tool exists: UNKNOWN_TOOL is enforced
+        call.spec = registry.get(call.tool)
+    return call.spec is not None
 
 
 def _stage_failed(call: Call, stage: Stage) -> ToolResult:

@@ -53,7 +53,9 @@ class Policy:
     max_steps_per_session: int = 50
     """Hard ceiling on tool calls in one session, rejected ones included."""
     max_steps_per_turn: int = 12
-    """Ceiling on tool calls between two user messages (``Session.next_turn``)."""
+    """Ceiling on tool calls between two user messages, once the host marks turns
+    (``Session.next_turn``, or ``Guard.session(..., turn=n)``); unmarked sessions get only
+    ``max_steps_per_session``."""
     rate_limit: RateLimit | None = field(default_factory=lambda: RateLimit(calls=20, seconds=1.0))
     """Per-session call rate; None for none."""
     max_invalid_in_a_row: int = 3

@@ -6,9 +6,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from guard.codes import Code
+from guard.codes import Code, ReasonCode
 
-__all__ = ["Outcome", "Problem", "ToolResult"]
+__all__ = ["Advisory", "Outcome", "Problem", "ToolResult"]
 
 
 class Outcome(StrEnum):
@@ -43,6 +43,30 @@ class Problem:
             data["hint"] = self.hint
         return data
 
+    def sentence(self) -> str:
+        """One line for the model: ``/items/0 expected an id seen in get_order's result, got "X"``."""
+        if not self.got:  # a rule across fields: its own words say what is wrong
+            text = f"{self.path or 'the arguments'}: {self.expected}"
+        else:
+            text = f"{self.path or 'the arguments'} expected {self.expected}, got {self.got}"
+        return f"{text} ({self.hint})" if self.hint else text
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Advisory:
+    """A warning that let the call through: the model reads it with the result, spans count it."""
+
+    code: ReasonCode
+    """What the warning is about (usually a ``DomainCode``)."""
+    message: str
+    """For the model: what to tell the user or check."""
+
+    def to_dict(self) -> dict[str, str]:
+        return {"code": str(self.code), "message": self.message}
+
+
+_HUMAN = frozenset({Code.CONFIRMATION_REQUIRED, Code.TAINTED_CONTEXT})
+
 
 @dataclass(kw_only=True, slots=True)
 class ToolResult:
@@ -53,8 +77,8 @@ class ToolResult:
 
     ok: bool
     """True when the tool ran and succeeded (or a completed write was replayed)."""
-    code: Code
-    """Stable reason code: ``OK`` or why not."""
+    code: ReasonCode
+    """Stable reason code: ``OK`` or why not (a core ``Code`` or the deployment's ``DomainCode``)."""
     message: str
     """For the model: what happened and what to do next. Never internals."""
     data: dict[str, Any] | None = None
@@ -71,6 +95,23 @@ class ToolResult:
     """Set for writes: the key sent to the backend, also with an unknown outcome."""
     approval_id: str | None = None
     """The pending or decided approval this call is bound to."""
+    fixable: bool = False
+    """The model can fix this call by sending a corrected one (the code's flag, or the check's own
+    verdict for this refusal). What the recovery-rate metric counts."""
+    warnings: tuple[Advisory, ...] = ()
+    """Warnings that let the call through; the model reads them with the result."""
+    shadow: ReasonCode | None = None
+    """Shadow mode only: the code the gate would have answered with had it been enforced. The
+    call ran as without the gate; ``code`` is what actually happened."""
+
+    @property
+    def needs_human(self) -> bool:
+        """A human must decide ``approval_id`` before anything happens: show it in your approval UI.
+
+        False for everything else, including replays and results of approved calls that carry an
+        ``approval_id``. The same id comes back while it waits if the model proposes the same call
+        again, so key the approval queue by it."""
+        return self.code in _HUMAN and self.approval_id is not None and not self.replayed
 
     def for_model(self) -> dict[str, Any]:
         """The payload rendered into the tool-result message: what the model may read."""
@@ -84,4 +125,6 @@ class ToolResult:
             payload["idempotency_key"] = self.idempotency_key
         if self.approval_id is not None and not self.ok:
             payload["approval_id"] = self.approval_id
+        if self.warnings:
+            payload["warnings"] = [warning.to_dict() for warning in self.warnings]
         return payload

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
 from guard.call import Call
-from guard.codes import Code
+from guard.codes import Code, ReasonCode
 from guard.result import ToolResult
 from telemetry import attributes as attr
 from telemetry.masking import Masker, detect_injection
@@ -172,10 +172,10 @@ def build_call_spans(
 
 
 _Shape: TypeAlias = tuple[str, tuple[tuple[str, AttributeValue], ...], int, str]
-_shapes: dict[tuple[str, str, Code | None], _Shape] = {}
+_shapes: dict[tuple[str, str, ReasonCode | None], _Shape] = {}
 
 
-def stage_shape(name: str, outcome: str, code: Code | None) -> _Shape:
+def stage_shape(name: str, outcome: str, code: ReasonCode | None) -> _Shape:
     """Name, attributes and status of a stage span: few distinct ones, so built once each.
 
     The attributes are a tuple shared between spans (and cached whole by the encoder).

@@ -312,7 +312,7 @@ class Gateway:
             self._rebuild()
 
     def _build(self) -> ToolBuild:
-        return ToolBuild(counters=self.stores.counters)
+        return ToolBuild(counters=self.stores.counters, current=lambda name: self.entries.get(name))
 
     def _rebuild(self) -> None:
         specs: list[ToolSpec] = []

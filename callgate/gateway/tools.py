@@ -66,6 +66,8 @@ class ToolBuild:
     """What building a spec needs beyond the tool itself."""
 
     counters: CounterStore
+    current: Callable[[str], GatewayTool | None]
+    """The gateway's entry for a downstream name now (a reconnect may have replaced it)."""
 
 
 def effect_of(tool: types.Tool, config: ToolConfig) -> Effect:
@@ -105,7 +107,7 @@ def build_tool(
         name=entry.exposed,
         description=tool.description or tool.title or entry.exposed,
         arguments=arguments,
-        handler=_handler(entry, config, upstream, effect, build.counters),
+        handler=_handler(entry, config, upstream, effect, build),
         effect=effect,
         risk=risk_of(tool, config, effect),
         scope=config.scope,
@@ -138,11 +140,7 @@ def _check(
 
     def check(arguments: Any, context: CheckContext) -> None:
         if entry.blocked:
-            raise RuleViolation(
-                Code.TOOL_DEFINITION_CHANGED,
-                f"The tool {entry.exposed!r} changed upstream since it was reviewed and is blocked "
-                "until an operator re-pins it. Do not retry; tell the user it is unavailable.",
-            )
+            raise _changed(entry.exposed)
         now = time.time()
         who = context.principal.id
         if rate is not None:
@@ -165,10 +163,15 @@ def _handler(
     config: ToolConfig,
     upstream: UpstreamConfig,
     effect: Effect,
-    counters: CounterStore,
+    build: ToolBuild,
 ) -> Callable[[BaseModel, ToolContext], Any]:
-    daily, fields = config.daily_limit, config.result_fields
+    daily, fields, counters = config.daily_limit, config.result_fields, build.counters
     limit_bytes, is_write = upstream.max_result_bytes, effect is Effect.WRITE
+
+    def still_pinned() -> None:
+        now = build.current(entry.exposed)
+        if now is None or now.blocked or now.current_hash != entry.current_hash:
+            raise _changed(entry.exposed)
 
     async def call_upstream(arguments: BaseModel, context: ToolContext) -> Any:
         if daily is not None and context.attempt == 1:
@@ -178,7 +181,9 @@ def _handler(
                 raise RuleViolation(Code.POLICY_LIMIT, _DAILY.format(tool=entry.exposed))
         sent = arguments.model_dump(mode="json")
         try:
-            result = await entry.upstream.call(entry.upstream_name, sent, context.timeout)
+            result = await entry.upstream.call(
+                entry.upstream_name, sent, context.timeout, connected=still_pinned
+            )
         except UpstreamRefused as refused:
             raise RuleViolation(
                 Code.UPSTREAM_REJECTED,
@@ -241,6 +246,14 @@ def _unreadable(tool: str, is_write: bool, what: str) -> Exception:
     return RuleViolation(
         Code.UPSTREAM_REJECTED,
         f"The service answered with {what}, which was not passed on. Do not retry; tell the user.",
+    )
+
+
+def _changed(tool: str) -> RuleViolation:
+    return RuleViolation(
+        Code.TOOL_DEFINITION_CHANGED,
+        f"The tool {tool!r} changed upstream since it was reviewed and is blocked until an "
+        "operator re-pins it. Do not retry; tell the user it is unavailable.",
     )
 
 

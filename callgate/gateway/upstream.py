@@ -90,10 +90,21 @@ class Upstream:
         return self._client is not None
 
     async def call(
-        self, name: str, arguments: dict[str, Any], timeout: float | None
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        timeout: float | None,
+        *,
+        connected: Callable[[], None] | None = None,
     ) -> types.CallToolResult:
-        """Call ``name``; reconnects first if the connection died."""
+        """Call ``name``; reconnects first if the connection died.
+
+        ``connected`` runs once the connection is live, before the request goes out: the place to
+        refuse a tool whose definition a reconnect just found changed.
+        """
         client = await self._ensure()
+        if connected is not None:
+            connected()
         try:
             return await client.call_tool(name, arguments, read_timeout_seconds=timeout)
         except MCPError as err:

@@ -34,7 +34,11 @@ __all__ = [
 def anthropic_tools(specs: Iterable[ToolSpec] | Mapping[str, ToolSpec]) -> list[dict[str, Any]]:
     """The ``tools`` of a Messages request: ``[{"name", "description", "input_schema"}]``."""
     return [
-        {"name": spec.name, "description": spec.description, "input_schema": neutral_schema(spec)}
+        {
+            "name": spec.name,
+            "description": spec.model_description,
+            "input_schema": neutral_schema(spec),
+        }
         for spec in iter_specs(specs)
     ]
 

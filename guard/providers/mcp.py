@@ -31,7 +31,7 @@ def mcp_tools(specs: Iterable[ToolSpec] | Mapping[str, ToolSpec]) -> list[dict[s
     return [
         {
             "name": spec.name,
-            "description": spec.description,
+            "description": spec.model_description,
             "inputSchema": neutral_schema(spec),
             "annotations": {
                 "readOnlyHint": spec.effect is Effect.READ,

@@ -122,7 +122,7 @@ def _function(spec: ToolSpec, strict: bool) -> dict[str, Any]:
     parameters = strict_schema(spec) if strict else None
     return {
         "name": spec.name,
-        "description": spec.description,
+        "description": spec.model_description,
         "parameters": parameters if parameters is not None else neutral_schema(spec),
         "strict": parameters is not None,
     }

@@ -2,12 +2,16 @@
 
 from guard.shop.app import ROLE_SCOPES, ShopApp, build_shop, shop_policy
 from guard.shop.backend import POLICY_PAGES, Order, Refund, ShopBackend, default_orders
+from guard.shop.codes import AMOUNT_EXCEEDS_REFUNDABLE, CURRENCY_MISMATCH, SHOP_CODES
 from guard.shop.models import GetOrder, GetRefundStatus, RefundOrder, SearchRefundPolicy
 from guard.shop.tools import shop_tools
 
 __all__ = [
+    "AMOUNT_EXCEEDS_REFUNDABLE",
+    "CURRENCY_MISMATCH",
     "POLICY_PAGES",
     "ROLE_SCOPES",
+    "SHOP_CODES",
     "GetOrder",
     "GetRefundStatus",
     "Order",

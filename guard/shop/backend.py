@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from guard.codes import Code
 from guard.errors import RuleViolation, TransientError
+from guard.shop.codes import AMOUNT_EXCEEDS_REFUNDABLE
 
 __all__ = ["POLICY_PAGES", "Order", "Refund", "ShopBackend", "default_orders"]
 
@@ -206,7 +207,7 @@ class ShopBackend:
                     )
                 if amount_cents > order.refundable_cents:
                     raise RuleViolation(
-                        Code.AMOUNT_EXCEEDS_REFUNDABLE,
+                        AMOUNT_EXCEEDS_REFUNDABLE,
                         f"Only {order.refundable_cents} cents of {order_id} can still be refunded.",
                     )
                 refund = Refund(

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from guard.call import Call
 from guard.clock import Clock
-from guard.codes import Code
+from guard.codes import ReasonCode
 from guard.observe import Observer
 from guard.policy import Policy
 from guard.registry import ToolRegistry
@@ -19,13 +20,16 @@ __all__ = ["Env", "Stage", "digest", "reject"]
 
 
 class Stage(Protocol):
-    """One step of the pipeline: returns None to continue, or the call's final result."""
+    """One step of the pipeline: returns None to continue, or the call's final result.
+
+    A stage that must wait on the world (only execute does) is a coroutine function instead: it
+    waits through ``call.waiter`` (``guard.waiting``), so one body serves sync and async calls."""
 
     @property
     def name(self) -> str:
         """The stage's name in spans and records: ``budget``, ``resolve``, ..."""
 
-    def __call__(self, call: Call) -> ToolResult | None:
+    def __call__(self, call: Call) -> ToolResult | Awaitable[ToolResult] | None:
         """Run against ``call``; may fill in fields of ``call`` for later stages."""
 
 
@@ -40,18 +44,21 @@ class Env:
     counters: CounterStore
     clock: Clock
     observer: Observer
+    deps: Any = None
+    """The host's dependencies, handed to every check and handler (``CheckContext.deps``)."""
 
 
 def reject(
     call: Call,
-    code: Code,
+    code: ReasonCode,
     message: str,
     *,
     data: dict[str, Any] | None = None,
+    fixable: bool | None = None,
     outcome: Outcome = Outcome.NOT_APPLIED,
     approval_id: str | None = None,
 ) -> ToolResult:
-    """A final result for ``call`` that did not succeed."""
+    """A final result for ``call`` that did not succeed. ``fixable`` overrides the code's flag."""
     return ToolResult(
         ok=False,
         code=code,
@@ -62,6 +69,7 @@ def reject(
         tool=call.tool,
         idempotency_key=call.idempotency_key,
         approval_id=approval_id or (call.approval.id if call.approval else None),
+        fixable=code.fixable if fixable is None else fixable,
     )
 
 

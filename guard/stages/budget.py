@@ -25,9 +25,10 @@ class BudgetStage:
         call.step = counters.incr(f"steps:{sid}", now=now, ttl=ttl)
         if call.step > policy.max_steps_per_session:
             return reject(call, Code.STEP_LIMIT, _STOP + " This session used all its tool calls.")
-        turn_steps = counters.incr(f"turn:{sid}:{call.turn}", now=now, ttl=ttl)
-        if turn_steps > policy.max_steps_per_turn:
-            return reject(call, Code.STEP_LIMIT, _STOP + " This turn used all its tool calls.")
+        if call.turns_marked:  # a host that never marks turns gets the session ceiling only
+            turn_steps = counters.incr(f"turn:{sid}:{call.turn}", now=now, ttl=ttl)
+            if turn_steps > policy.max_steps_per_turn:
+                return reject(call, Code.STEP_LIMIT, _STOP + " This turn used all its tool calls.")
         if (rate := policy.rate_limit) is not None:
             window = int(now // rate.seconds)
             used = counters.incr(f"rate:{sid}:{window}", now=now, ttl=rate.seconds * 2)

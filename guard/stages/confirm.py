@@ -42,6 +42,8 @@ class ConfirmStage:
             reason = Code.CONFIRMATION_REQUIRED
         if reason is None:
             return None
+        if call.shadowed:  # shadow mode asks nobody: the would-be decision is recorded, no approval
+            return reject(call, reason, f"{_ASK[reason]} (shadow mode: not enforced)")
         now, approvals = call.now, self.env.approvals
         key = proposal_key(call.session_id, spec.name, call.canonical)
         action = approvals.find_pending(key, now=now) or self._create(call, key, reason, now)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import random
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ from guard.result import Outcome, ToolResult
 from guard.stages.base import Env, reject
 from guard.stages.idempotency import stored
 from guard.stages.policy import taint_key
-from guard.stages.rules import seen_key
+from guard.stages.rules import remember, seen_key
 
 __all__ = ["ExecuteStage"]
 
@@ -37,53 +36,30 @@ class ExecuteStage:
     idempotency keys; if every attempt fails a write ends TIMEOUT with outcome unknown). Anything else
     is a bug: logged with its traceback, and the model gets INTERNAL_ERROR.
 
-    Sync handlers run on the calling thread and get their timeout in ``ToolContext.timeout`` to pass
-    to their I/O; coroutine handlers are cancelled at the timeout.
+    The body is written once, as a coroutine that waits through ``call.waiter`` (``guard.waiting``):
+    it blocks under ``Guard.execute`` and awaits the caller's event loop under ``Guard.aexecute``. Sync handlers run on the calling thread and get their timeout in
+    ``ToolContext.timeout`` to pass to their I/O; coroutine handlers are cancelled at the timeout.
     """
 
     env: Env
     name: str = "execute"
 
-    def __call__(self, call: Call) -> ToolResult:
+    async def __call__(self, call: Call) -> ToolResult:
         if (refused := self._reserve(call)) is not None:
             return refused
-        spec = call.spec
+        spec, waiter = call.spec, call.waiter
         assert spec is not None
         while True:
             context = self._context(call)
             try:
+                output = spec.handler(call.arguments, context)
                 if spec.is_async:
-                    output = asyncio.run(
-                        _bounded(spec.handler(call.arguments, context), spec.timeout)
-                    )
-                else:
-                    output = spec.handler(call.arguments, context)
+                    output = await waiter.handler_result(output, spec.timeout)
             except Exception as error:
                 after = self._failed(call, error)
                 if isinstance(after, ToolResult):
                     return after
-                self.env.clock.sleep(after)
-                continue
-            return self._succeeded(call, output)
-
-    async def acall(self, call: Call) -> ToolResult:
-        """The same, for ``Guard.aexecute``: coroutine handlers are awaited on the running loop."""
-        if (refused := self._reserve(call)) is not None:
-            return refused
-        spec = call.spec
-        assert spec is not None
-        while True:
-            context = self._context(call)
-            try:
-                if spec.is_async:
-                    output = await _bounded(spec.handler(call.arguments, context), spec.timeout)
-                else:
-                    output = spec.handler(call.arguments, context)
-            except Exception as error:
-                after = self._failed(call, error)
-                if isinstance(after, ToolResult):
-                    return after
-                await self.env.clock.asleep(after)
+                await waiter.sleep(self.env.clock, after)
                 continue
             return self._succeeded(call, output)
 
@@ -122,6 +98,7 @@ class ExecuteStage:
             attempt=call.attempts,
             timeout=call.spec.timeout,
             approval_id=call.approval.id if call.approval else None,
+            deps=self.env.deps,
         )
 
     def _failed(self, call: Call, error: Exception) -> ToolResult | float:
@@ -191,7 +168,9 @@ class ExecuteStage:
             tool=call.tool,
             idempotency_key=call.idempotency_key,
             approval_id=call.approval.id if call.approval else None,
+            warnings=call.warnings,
         )
+        call.result_data = data
         now, policy = (env.clock.now() if call.attempts > 1 else call.now), env.policy
         if spec.is_write and call.idempotency_key is not None:
             text = stored(result)
@@ -216,15 +195,12 @@ class ExecuteStage:
             env.counters.incr(
                 seen_key(call.session_id, spec.name, record), now=now, ttl=policy.session_ttl
             )
+        if spec.name in env.registry.kept:  # what later prerequisites of the session ask for
+            remember(call, env, now)
         if spec.untrusted_output:
             env.counters.incr(taint_key(call.session_id), now=now, ttl=policy.session_ttl)
             call.untrusted_text = tuple(_texts(data))
-        call.result_data = data
         return result
-
-
-async def _bounded(awaitable: Any, timeout: float | None) -> Any:
-    return await asyncio.wait_for(awaitable, timeout)
 
 
 def _backoff(base: float, cap: float, attempt: int, jitter: bool) -> float:

@@ -14,7 +14,10 @@ __all__ = ["ResolveStage"]
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ResolveStage:
-    """Unknown tools are answered with the names the model may use, and only those."""
+    """Unknown tools are answered with the names the model may use, and only those.
+
+    Before anyone is identified (an anonymous principal), a tool outside the role's allowlist is
+    AUTH_REQUIRED, naming the authenticating tools the role may call, rather than TOOL_NOT_ALLOWED."""
 
     env: Env
     name: str = "resolve"
@@ -34,6 +37,16 @@ class ResolveStage:
                 data={"available": names},
             )
         if spec.name not in allowed:
+            if not call.principal.authenticated and (
+                first := [name for name in self.env.registry.authenticating if name in allowed]
+            ):
+                return reject(
+                    call,
+                    Code.AUTH_REQUIRED,
+                    f"{spec.name} needs to know who the user is, and nobody is identified yet. "
+                    f"Identify the user first with {' or '.join(first)}, then call {spec.name} again.",
+                    data={"call_first": first},
+                )
             return reject(
                 call,
                 Code.TOOL_NOT_ALLOWED,

@@ -1,18 +1,21 @@
-"""Stage 5: the tool's own checks against current state, with typed arguments."""
+"""Stage 5: what must have happened first, then the tool's own checks against current state."""
 
 from __future__ import annotations
 
+import json
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from guard.call import Call
 from guard.codes import Code
 from guard.errors import RuleViolation, TransientError
-from guard.registry import CheckContext
-from guard.result import ToolResult
+from guard.registry import CheckContext, Prerequisite, SeenIn, ToolSpec
+from guard.result import Problem, ToolResult
 from guard.stages.base import Env, reject
 
-__all__ = ["RuleStage", "seen_key"]
+__all__ = ["RuleStage", "ran_key", "remember", "seen_key", "value_key"]
 
 log = logging.getLogger("guard")
 
@@ -22,12 +25,23 @@ def seen_key(session_id: str, tool: str, record: object) -> str:
     return f"seen:{session_id}:{tool}:{record}"
 
 
+def ran_key(session_id: str, tool: str) -> str:
+    """Marks that ``tool`` succeeded at all in the session (for prerequisites without a record)."""
+    return f"ran:{session_id}:{tool}"
+
+
+def value_key(session_id: str, tool: str, path: str, value: object) -> str:
+    """Marks that ``value`` appeared at ``path`` in a result of ``tool`` in the session (``SeenIn``)."""
+    return f"value:{session_id}:{tool}:{path}:{_text(value)}"
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RuleStage:
     """Prerequisites first (they reveal nothing about the record), then the tool's business check.
 
     A check refuses by raising ``RuleViolation``; its code and message become the result. A check that
     cannot tell a foreign record from a missing one is the point: both are NOT_FOUND, word for word.
+    A check lets the call through with a warning by calling ``ctx.warn``.
     """
 
     env: Env
@@ -36,24 +50,25 @@ class RuleStage:
     def __call__(self, call: Call) -> ToolResult | None:
         spec, arguments = call.spec, call.arguments
         assert spec is not None and arguments is not None  # schema ran
-        if (need := spec.prerequisite) is not None:
-            record = getattr(arguments, need.field)
-            key = seen_key(call.session_id, need.tool, record)
-            if self.env.counters.get(key, now=call.now) == 0:
-                return reject(
-                    call,
-                    Code.PREREQUISITE_MISSING,
-                    f"Call {need.tool} for {need.field}={record} first, check the result with the "
-                    f"user, then call {spec.name} again.",
-                )
+        for need in spec.requirements:
+            if (missing := self._missing(call, spec, need)) is not None:
+                return missing
         if spec.check is None:
             return None
+        context: CheckContext[Any] = CheckContext(
+            principal=call.principal, session_id=call.session_id, deps=self.env.deps
+        )
         try:
-            spec.check(
-                arguments, CheckContext(principal=call.principal, session_id=call.session_id)
-            )
+            spec.check(arguments, context)
         except RuleViolation as violation:
-            return reject(call, violation.code, violation.message, data=violation.data)
+            call.problems = violation.problems
+            return reject(
+                call,
+                violation.code,
+                violation.message,
+                data=violation.data,
+                fixable=violation.fixable,
+            )
         except (TransientError, TimeoutError, ConnectionError):
             log.warning(
                 "business check of %s could not read current state", spec.name, exc_info=True
@@ -66,7 +81,103 @@ class RuleStage:
         except Exception:
             log.exception("business check of %s raised", spec.name)
             return reject(call, Code.INTERNAL_ERROR, _INTERNAL)
+        if context.warnings:
+            call.warnings = tuple(context.warnings)
         return None
+
+    def _missing(
+        self, call: Call, spec: ToolSpec, need: Prerequisite | SeenIn
+    ) -> ToolResult | None:
+        counters, now, sid = self.env.counters, call.now, call.session_id
+        if isinstance(need, SeenIn):
+            return self._unseen(call, spec, need)
+        tools = need.tools
+        if need.field is None:
+            if any(counters.get(ran_key(sid, name), now=now) for name in tools):
+                return None
+            return reject(
+                call,
+                Code.PREREQUISITE_MISSING,
+                f"Call {_either(tools)} first, then call {spec.name} again.",
+                data={"call_first": list(tools)},
+            )
+        record = getattr(call.arguments, need.field)
+        if any(counters.get(seen_key(sid, name, record), now=now) for name in tools):
+            return None
+        return reject(
+            call,
+            Code.PREREQUISITE_MISSING,
+            f"Call {_either(tools)} for {need.field}={record} first, check the result with the "
+            f"user, then call {spec.name} again.",
+            data={"call_first": list(tools)},
+        )
+
+    def _unseen(self, call: Call, spec: ToolSpec, need: SeenIn) -> ToolResult | None:
+        counters, now, sid = self.env.counters, call.now, call.session_id
+        value = getattr(call.arguments, need.field)
+        items = list(enumerate(value)) if isinstance(value, list | tuple) else [(None, value)]
+        problems = [
+            Problem(
+                path=f"/{need.field}" + ("" if index is None else f"/{index}"),
+                rule="seen_in",
+                expected=f"a value from a {_either(need.tools)} result ({need.path})",
+                got=_got(item),
+            )
+            for index, item in items
+            if not any(
+                counters.get(value_key(sid, name, need.path, item), now=now) for name in need.tools
+            )
+        ]
+        if not problems:
+            return None
+        call.problems = tuple(problems)
+        return reject(
+            call,
+            Code.PREREQUISITE_MISSING,
+            f"{'; '.join(p.sentence() for p in problems)}. Call {_either(need.tools)} first and use "
+            f"the {need.field} it returns, then call {spec.name} again; do not guess ids.",
+            data={"problems": [p.to_dict() for p in problems], "call_first": list(need.tools)},
+        )
+
+
+def remember(call: Call, env: Env, now: float) -> None:
+    """After a success of a tool in ``registry.kept``: that it ran, and the values of its result
+    that ``SeenIn`` prerequisites ask for (the record itself is marked by the execute stage)."""
+    spec, registry, ttl = call.spec, env.registry, env.policy.session_ttl
+    assert spec is not None
+    counters, sid = env.counters, call.session_id
+    if spec.name in registry.runs_kept:
+        counters.incr(ran_key(sid, spec.name), now=now, ttl=ttl)
+    for path in registry.results_kept.get(spec.name, ()):
+        for value in set(_values(call.result_data, path.split("."))):
+            counters.incr(value_key(sid, spec.name, path, value), now=now, ttl=ttl)
+
+
+def _values(data: Any, steps: list[str]) -> Iterator[str]:
+    if not steps:
+        if isinstance(data, str | int | float | bool):
+            yield _text(data)
+        return
+    step, rest = steps[0], steps[1:]
+    if step == "*":
+        items = data.values() if isinstance(data, dict) else data if isinstance(data, list) else ()
+        for item in items:
+            yield from _values(item, rest)
+    elif isinstance(data, dict) and step in data:
+        yield from _values(data[step], rest)
+
+
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _got(value: object) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= 40 else text[:39] + "…"
+
+
+def _either(tools: tuple[str, ...]) -> str:
+    return tools[0] if len(tools) == 1 else ", ".join(tools[:-1]) + " or " + tools[-1]
 
 
 _INTERNAL = "Something went wrong on our side. Do not retry; tell the user and offer a human agent."

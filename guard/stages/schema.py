@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
@@ -24,6 +24,10 @@ GOT_LIMIT = 40
 class SchemaStage:
     """No coercion ("2590" and 25.9 are not integers), no extra fields, required fields required.
 
+    Validation is pydantic's strict mode on the decoded object; what it refuses is tried once more
+    in strict JSON mode, which takes what JSON can only spell one way (an array for a tuple, ISO
+    text for a date, a value for an enum) and nothing else, so a failing call pays for it only.
+
     The canonical form of the validated arguments (declaration order, compact JSON) is what keys,
     loop counts and approvals are computed from, so formatting differences are one call.
     """
@@ -32,23 +36,30 @@ class SchemaStage:
     name: str = "schema"
 
     def __call__(self, call: Call) -> ToolResult | None:
-        assert call.spec is not None  # resolve ran
+        spec = call.spec
+        assert spec is not None  # resolve ran
         try:
-            arguments = call.spec.validate(call.parsed)
-        except ValidationError as error:
-            call.problems = tuple(
-                problems_from(call.spec.arguments, error.errors(include_url=False))
-            )
-            listed = "; ".join(_sentence(p) for p in call.problems)
+            arguments = spec.validate(call.parsed)
+        except ValidationError:
+            arguments = None
+        if arguments is None:
+            try:  # JSON's own strictness: arrays are tuples, ISO text is a date, a value an enum
+                arguments = spec.validate_json(call.raw_arguments or "")
+            except ValidationError as error:
+                call.problems = tuple(
+                    problems_from(spec.arguments, error.errors(include_url=False))
+                )
+        if arguments is None:
+            listed = "; ".join(problem.sentence() for problem in call.problems)
             return reject(
                 call,
                 Code.INVALID_ARGUMENTS,
-                f"Invalid arguments for {call.spec.name}: {listed}. Fix these fields and call again; "
+                f"Invalid arguments for {spec.name}: {listed}. Fix these fields and call again; "
                 "do not guess values the user did not give, ask them.",
                 data={"problems": [p.to_dict() for p in call.problems]},
             )
         call.arguments = arguments
-        call.canonical = call.spec.canonical(arguments)
+        call.canonical = spec.canonical(arguments)
         return None
 
 
@@ -70,9 +81,25 @@ def _pointer(loc: tuple[int | str, ...]) -> str:
     return "".join("/" + str(part).replace("~", "~0").replace("/", "~1") for part in loc)
 
 
+_CONTAINERS = {"List": "items", "Tuple": "items", "Set": "items", "Dictionary": "entries"}
+_CROSS_FIELD = {"value_error": "Value error, ", "assertion_error": "Assertion failed, "}
+"""Errors a validator raised (a model_validator across fields, or a field's own): pydantic's prefix
+is dropped and the validator's message is the rule."""
+
+
 def _expected(error: ErrorDetails) -> str:
     ctx: dict[str, Any] = dict(error.get("ctx") or {})
     kind = error["type"]
+    if kind in _CROSS_FIELD:
+        return error["msg"].removeprefix(_CROSS_FIELD[kind])
+    if kind == "missing" and error["loc"] and isinstance(error["loc"][-1], int):
+        return "another item: the array is too short"
+    if kind in ("too_short", "too_long"):
+        unit = _CONTAINERS.get(str(ctx.get("field_type")), "items")
+        bound = ctx.get("min_length") if kind == "too_short" else ctx.get("max_length")
+        if kind == "too_short" and bound == 1:
+            return f"at least one of its {unit}: it must not be empty"
+        return f"{'at least' if kind == 'too_short' else 'at most'} {bound} {unit}"
     words = {
         "missing": "a value: this field is required",
         "extra_forbidden": "no such field: remove it",
@@ -82,6 +109,8 @@ def _expected(error: ErrorDetails) -> str:
         "float_type": "a number",
         "model_type": "an object",
         "list_type": "an array",
+        "tuple_type": "an array",
+        "set_type": "an array of distinct values",
         "dict_type": "an object",
     }
     if kind in words:
@@ -97,12 +126,14 @@ def _expected(error: ErrorDetails) -> str:
         return f"at least {ctx['min_length']} characters"
     if "max_length" in ctx:
         return f"at most {ctx['max_length']} characters"
-    return error["msg"]
+    return error["msg"].removeprefix("Input should be ")
 
 
 def _got(error: ErrorDetails) -> str:
     if error["type"] == "missing":
         return "nothing"
+    if error["type"] in _CROSS_FIELD and not error["loc"]:
+        return ""  # the rule names the fields; echoing every argument helps nobody
     try:
         text = json.dumps(error["input"], ensure_ascii=False)
     except (TypeError, ValueError):
@@ -111,7 +142,8 @@ def _got(error: ErrorDetails) -> str:
 
 
 def _hint(model: type[BaseModel], loc: tuple[int | str, ...]) -> str | None:
-    # Walk nested models along the path so a nested field gets its own description.
+    # Walk nested models along the path (through lists, tuples, dicts and optionals) so a nested
+    # field gets its own description.
     current: type[BaseModel] | None = model
     description: str | None = None
     for part in loc:
@@ -121,15 +153,14 @@ def _hint(model: type[BaseModel], loc: tuple[int | str, ...]) -> str | None:
         if info is None:
             return None
         description = info.description
-        annotation = info.annotation
-        current = (
-            annotation
-            if isinstance(annotation, type) and issubclass(annotation, BaseModel)
-            else None
-        )
+        current = _nested_model(info.annotation)
     return description
 
 
-def _sentence(problem: Problem) -> str:
-    text = f"{problem.path or '/'} expected {problem.expected}, got {problem.got}"
-    return f"{text} ({problem.hint})" if problem.hint else text
+def _nested_model(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for argument in get_args(annotation):
+        if (found := _nested_model(argument)) is not None:
+            return found
+    return None

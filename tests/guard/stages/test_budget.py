@@ -23,11 +23,30 @@ class TestStepLimit:
         """The per-turn ceiling refuses within a turn and starts again on the next user message."""
         shop = make_shop(clock, max_steps_per_turn=2, max_identical_calls=10, rate_limit=None)
         session = shop.session("s1", "CUS-1")
+        session.next_turn()  # the first user message: marks turns, still turn 1
+        assert session.turn == 1
         first = [session.execute("get_order", order_args()).code for _ in range(3)]
         session.next_turn()
         after = session.execute("get_order", order_args()).code
         assert first == ["OK", "OK", "STEP_LIMIT"]
-        assert after == "OK"
+        assert (after, session.turn) == ("OK", 2)
+
+    def test_unmarked_sessions_get_the_session_ceiling_only(self, clock: ManualClock) -> None:
+        """A host that never calls next_turn is not cut short by the per-turn ceiling."""
+        shop = make_shop(clock, max_steps_per_turn=2, max_identical_calls=10, rate_limit=None)
+        session = shop.session("s1", "CUS-1")
+        codes = {session.execute("get_order", order_args()).code for _ in range(6)}
+        assert codes == {"OK"}
+
+    def test_a_rebuilt_handle_passes_its_turn(self, clock: ManualClock) -> None:
+        """Hosts that rebuild the session per request pass the turn; the ceiling then applies."""
+        shop = make_shop(clock, max_steps_per_turn=2, max_identical_calls=10, rate_limit=None)
+        principal = shop.session("s1", "CUS-1").principal
+        codes = [
+            shop.guard.session("s1", principal, turn=4).execute("get_order", order_args()).code
+            for _ in range(3)
+        ]
+        assert codes == ["OK", "OK", "STEP_LIMIT"]
 
     def test_rejected_calls_count_as_steps(self, clock: ManualClock) -> None:
         """A model that keeps failing still burns its budget."""
