@@ -152,6 +152,9 @@ class PolicyConfig:
     taint_requires_confirmation: bool = True
     elicitation_timeout: float = 300.0
     """Seconds a human has to answer an elicitation before the call returns the pending result."""
+    shadow: bool | tuple[str, ...] = False
+    """Shadow mode (``guard.Guard(shadow=...)``): true, or downstream tool names. Every stage runs
+    and records what it would have decided, nothing is enforced beyond malformed calls."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -532,8 +535,14 @@ class _Reader:
                 "confirmation_ttl",
                 "taint_requires_confirmation",
                 "elicitation_timeout",
+                "shadow",
             },
         )
+        shadow: bool | tuple[str, ...] = False
+        if isinstance(policy.get("shadow"), bool):
+            shadow = policy["shadow"]
+        elif policy.get("shadow") is not None:
+            shadow = self.strings(policy, "shadow", "policy.shadow") or ()
         defaults = PolicyConfig()
         return PolicyConfig(
             max_steps_per_session=self.get(
@@ -580,6 +589,7 @@ class _Reader:
                     defaults.elicitation_timeout,
                 )
             ),
+            shadow=shadow,
         )
 
     def telemetry(self, data: _Map) -> TelemetryConfig:

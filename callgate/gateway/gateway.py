@@ -330,7 +330,14 @@ class Gateway:
             approvals=self.stores.approvals,
             counters=self.stores.counters,
             observer=self.observer,
+            shadow=self._shadow(specs),
         )
+
+    def _shadow(self, specs: list[ToolSpec]) -> bool | frozenset[str]:
+        shadow = self.config.policy.shadow
+        if isinstance(shadow, bool):
+            return shadow
+        return frozenset(shadow) & {spec.name for spec in specs}
 
     def _policy(self, specs: list[ToolSpec], limits: list[AmountLimit]) -> Policy:
         policy = self.config.policy
@@ -375,6 +382,9 @@ class Gateway:
         return frozenset(principal.tools)
 
     def _check_allowlists(self) -> None:
+        shadow = self.config.policy.shadow
+        if not isinstance(shadow, bool) and (unknown := sorted(set(shadow) - set(self.entries))):
+            raise GatewayError(f"policy.shadow names {unknown}, which no upstream offers")
         for principal in self.config.principals.values():
             unknown = sorted(set(principal.tools) - {"*"} - set(self.entries))
             if unknown:

@@ -24,6 +24,7 @@ from mcp import Client
 import telemetry
 from callgate.gateway import Gateway, GatewayError, parse_config, running
 from callgate.gateway.server import build_server
+from guard.testing import RecordingObserver
 from tests.gateway.conftest import HERE, effects, shop_config
 
 Elicit = Callable[[Any, types.ElicitRequestParams], Awaitable[types.ElicitResult]]
@@ -569,3 +570,26 @@ class TestMoreFaults:
             if crm.poll() is None:
                 crm.terminate()
                 crm.wait(timeout=10)
+
+
+class TestShadow:
+    """Shadow mode from the config: recorded, not enforced, for the tools named."""
+
+    def test_a_shadowed_tool_runs_and_records_what_it_would_have_decided(
+        self, tmp_path: Path
+    ) -> None:
+        """shop_wipe would need a human; in shadow it runs, and the result records CONFIRMATION_REQUIRED."""
+        text = shop_config(tmp_path) + "policy:\n  shadow: [shop_wipe]\n"
+        observer = RecordingObserver()
+
+        async def scenario() -> None:
+            async with connected(text, tmp_path, observer=observer) as (_, client):
+                wiped = await client.call_tool("shop_wipe", {"target": "cache"})
+                refund = await client.call_tool("shop_refund", {"order_id": "S", "amount_cents": 1})
+            assert payload(wiped)["code"] == "OK"
+            assert payload(refund)["code"] == "CONFIRMATION_REQUIRED"  # not shadowed: enforced
+            assert effects(tmp_path) == ["wipe cache"]
+
+        run(scenario)
+        shadows = {call.tool: result.shadow for call, result in observer.ended}
+        assert shadows == {"shop_wipe": "CONFIRMATION_REQUIRED", "shop_refund": None}
