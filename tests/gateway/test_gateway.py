@@ -593,3 +593,26 @@ class TestShadow:
         run(scenario)
         shadows = {call.tool: result.shadow for call, result in observer.ended}
         assert shadows == {"shop_wipe": "CONFIRMATION_REQUIRED", "shop_refund": None}
+
+
+class TestConcurrency:
+    """A slow upstream call does not hold up others on the same session."""
+
+    def test_a_hung_call_does_not_block_a_concurrent_read(self, tmp_path: Path) -> None:
+        """shop_hang and shop_get_order at once: the read answers while the hang is still out."""
+
+        async def scenario() -> None:
+            finished: list[str] = []
+            async with connected(shop_config(tmp_path), tmp_path) as (_, client):
+
+                async def call(name: str, arguments: dict[str, Any]) -> None:
+                    await client.call_tool(name, arguments)
+                    finished.append(name)
+
+                async with anyio.create_task_group() as group:
+                    group.start_soon(call, "shop_hang", {})
+                    await anyio.sleep(0.2)
+                    group.start_soon(call, "shop_get_order", {"order_id": "ORD-C"})
+            assert finished == ["shop_get_order", "shop_hang"]
+
+        run(scenario)
