@@ -201,7 +201,12 @@ def main() -> None:
             "client -> gateway -> upstream",
         )
         report(
-            "the hop alone", direct, proxied, "client -> upstream", "client -> bare SDK proxy -> up"
+            "the hop alone",
+            direct,
+            proxied,
+            "client -> upstream",
+            "client -> bare SDK proxy -> up",
+            "added by the hop",
         )
         report(
             "the guard and gateway alone, end to end",
@@ -209,6 +214,7 @@ def main() -> None:
             gated,
             "client -> bare SDK proxy -> up",
             "client -> gateway -> upstream",
+            "added by guard + gateway",
         )
         upstream, gateway = anyio.run(in_process, CONFIG, options.calls, options.block)
         report(
