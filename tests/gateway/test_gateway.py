@@ -616,3 +616,28 @@ class TestConcurrency:
             assert finished == ["shop_get_order", "shop_hang"]
 
         run(scenario)
+
+
+class TestStartup:
+    """An upstream that cannot be reached refuses the start, naming it."""
+
+    def test_an_unreachable_upstream_is_refused_by_name(self, tmp_path: Path) -> None:
+        """A command that exits at once: GatewayError naming the upstream."""
+        text = shop_config(tmp_path).replace(
+            "upstreams:\n",
+            "upstreams:\n  dead:\n    command: [python, -c, 'raise SystemExit(1)']\n"
+            "    connect_timeout: 5\n",
+        )
+
+        async def scenario() -> None:
+            async with connected(text, tmp_path):
+                raise AssertionError("the gateway started")
+
+        with pytest.raises(BaseException) as caught:
+            run(scenario)
+        errors = (
+            caught.value.exceptions
+            if isinstance(caught.value, BaseExceptionGroup)
+            else [caught.value]
+        )
+        assert any(isinstance(e, GatewayError) and "upstream 'dead'" in str(e) for e in errors)
