@@ -208,6 +208,19 @@ class Gateway:
                 )
         return result
 
+    def adopt(self, actions: list[PendingAction]) -> int:
+        """Watch pending actions an earlier gateway process left in the store; how many."""
+        adopted = 0
+        for action in actions:
+            if action.state is ApprovalState.PENDING and action.tool in self.entries:
+                self._outstanding[action.id] = Outstanding(
+                    approval_id=action.id,
+                    session_id=action.session_id,
+                    principal=action.principal_id,
+                )
+                adopted += 1
+        return adopted
+
     def pending(self, approval_id: str) -> PendingAction | None:
         return self.stores.approvals.get(approval_id)
 

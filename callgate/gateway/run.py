@@ -14,12 +14,13 @@ import anyio
 from mcp.server.context import ServerRequestContext
 from mcp.server.stdio import stdio_server
 
-from callgate.approvals import OpenStores, open_stores
+from callgate.approvals import OpenStores, list_actions, open_stores
 from callgate.gateway.config import GatewayConfig
 from callgate.gateway.gateway import Gateway, Stores
 from callgate.gateway.pins import open_pin_store
 from callgate.gateway.server import build_server
 from guard import Observer
+from guard.stores import ApprovalState
 
 __all__ = ["is_loopback", "running", "serve_http", "serve_stdio"]
 
@@ -48,6 +49,8 @@ async def running(
         gateway = Gateway(config, stores=stores, pins=pins, observer=observer)
         async with anyio.create_task_group() as group:
             await gateway.start(group)
+            if opened is not None:  # a restart keeps watching what the last process left pending
+                gateway.adopt(list_actions(opened, state=ApprovalState.PENDING))
             group.start_soon(gateway.watch_approvals)
             try:
                 yield gateway

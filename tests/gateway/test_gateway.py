@@ -641,3 +641,27 @@ class TestStartup:
             else [caught.value]
         )
         assert any(isinstance(e, GatewayError) and "upstream 'dead'" in str(e) for e in errors)
+
+
+class TestRestart:
+    """Pending actions survive a gateway restart: the next process watches them."""
+
+    def test_an_action_left_pending_by_a_stopped_gateway_runs_when_approved(
+        self, tmp_path: Path
+    ) -> None:
+        """Pending under one process, approved while another runs: that one runs it, once."""
+
+        async def scenario() -> None:
+            args = {"order_id": "RS", "amount_cents": 42}
+            async with connected(shop_config(tmp_path), tmp_path) as (_, client):
+                approval = payload(await client.call_tool("shop_refund", args))["approval_id"]
+            async with connected(shop_config(tmp_path), tmp_path) as (gateway, client):
+                gateway.stores.approvals.decide(approval, approve=True, by="carol", now=time.time())
+                deadline = time.monotonic() + 10
+                while not effects(tmp_path) and time.monotonic() < deadline:
+                    await anyio.sleep(0.05)
+                again = payload(await client.call_tool("shop_refund", args))
+            assert effects(tmp_path) == ["refund RS 42"]
+            assert again["code"] == "OK" and again["replayed"] is True
+
+        run(scenario)
