@@ -102,6 +102,7 @@ class Gateway:
         self.guard: Guard | None = None
         self._started = False
         self._outstanding: dict[str, Outstanding] = {}
+        self._resuming: dict[str, anyio.Event] = {}
 
     # -- life cycle -------------------------------------------------------------------------------
 
@@ -189,6 +190,10 @@ class Gateway:
         """One ``tools/call`` through the whole pipeline. Never raises for anything the client sent."""
         if self._outstanding:
             await self.run_decided()
+        for running in list(self._resuming.values()):
+            # A re-proposal while its approved twin still runs would find no pending action and
+            # ask again: let the approved call finish and record its result for the replay first.
+            await running.wait()
         entry = self.entries.get(name)
         if entry is not None and entry.blocked:
             self._recheck_pin(entry)
@@ -247,12 +252,17 @@ class Gateway:
                 continue
             if action.state is ApprovalState.PENDING and action.expires_at >= now:
                 continue
-            self._outstanding.pop(approval_id, None)
+            if self._outstanding.pop(approval_id, None) is None:
+                continue  # the watcher and a call raced: the other one resumes it
+            done = self._resuming[approval_id] = anyio.Event()
             try:
                 # Already decided: the store returns the decision unchanged and the guard acts on it.
                 results.append(await guard.aapprove(approval_id, by=action.decided_by or "expiry"))
             except ApprovalNotFound:
                 continue
+            finally:
+                self._resuming.pop(approval_id, None)
+                done.set()
         return results
 
     # -- pins and the registry --------------------------------------------------------------------

@@ -44,7 +44,12 @@ def crm_url() -> Iterator[str]:
 
 
 def shop_config(
-    tmp: Path, *, extra_tools: str = "", store: bool = True, rug: str | None = None
+    tmp: Path,
+    *,
+    extra_tools: str = "",
+    store: bool = True,
+    rug: str | None = None,
+    timeout: float = 1,
 ) -> str:
     """A config text for the demo shop over stdio, effects counted in ``tmp/effects.txt``."""
     env = f'SHOP_EFFECTS: "{tmp / "effects.txt"}"'
@@ -59,7 +64,7 @@ upstreams:
     command: [python, -m, callgate.gateway.demo_upstream]
     env: {{{env}}}
     namespace: shop
-    timeout: 1
+    timeout: {timeout}
     tools:
       get_order: {{result_fields: [order_id, status, total_cents]}}
       fetch_page: {{untrusted_output: true}}
