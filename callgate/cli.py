@@ -11,7 +11,9 @@ from rich.console import Console
 from rich.table import Table
 
 from analytics.cli import export_command, load_command, report_command, trace_command
+from callgate.approvals import approvals
 from callgate.codes import codes_command
+from callgate.gateway.cli import gateway
 from dashboards.cli import dashboard
 from guard.replay import Replayer, load_factory, shop_target
 from telemetry.cli import sidecar
@@ -56,6 +58,8 @@ for command in (
     dashboard,
     verify_command,
     codes_command,
+    gateway,
+    approvals,
 ):
     main.add_command(command)
 

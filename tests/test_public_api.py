@@ -14,6 +14,7 @@ PACKAGES = [
     "guard.shop",
     "guard.stages",
     "callgate.adapters",
+    "callgate.gateway",
 ]
 
 

@@ -1,0 +1,233 @@
+"""What the MCP gateway adds per ``tools/call``, against calling the upstream directly in the same run.
+
+Two comparisons, both with the demo upstream (``callgate.gateway.demo_upstream``, the SDK's
+MCPServer) over stdio, a read tool (``echo``) with a different argument per call so no loop guard
+fires, rate limits off, in-memory stores, telemetry off:
+
+1. **End to end over stdio** (what an agent host sees): an SDK client talking to the upstream
+   directly, against the same client talking to ``callgate gateway`` over stdio, which talks to its
+   own copy of the upstream over stdio. The difference includes the extra process hop (one more
+   JSON-RPC encode/decode and pipe round trip each way) as well as the guard. A third path, a bare
+   SDK proxy (a low-level ``Server`` that forwards ``tools/call`` to the upstream, no guard), prices
+   the hop alone, so gateway minus bare proxy is what the guard and the gateway's own work add.
+2. **Inside the gateway process** (what the gateway itself costs): ``Gateway.call`` (the whole
+   pipeline, the upstream call and the result conversion) against ``Upstream.call`` on the same
+   connection. The difference is the gateway's own work, without any transport.
+
+Blocks of the two paths alternate so drift on a loaded machine lands on both. Run:
+``.venv/bin/python bench/gateway.py`` (``--calls N`` for more samples).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+from mcp import Client, StdioServerParameters
+
+from callgate.gateway import parse_config, running
+from callgate.gateway.demo import gateway_command
+
+CONFIG = """\
+policy:
+  max_steps_per_session: 10000000
+  max_identical_calls: 1000
+upstreams:
+  shop:
+    command: [python, -m, callgate.gateway.demo_upstream]
+principals:
+  bench: {tools: [echo]}
+serve:
+  stdio: {principal: bench}
+telemetry: {trail: false}
+"""
+
+
+def upstream_command() -> StdioServerParameters:
+    return StdioServerParameters(
+        command=sys.executable, args=["-m", "callgate.gateway.demo_upstream"]
+    )
+
+
+async def timed(call: Callable[[int], Awaitable[Any]], start: int, n: int) -> list[int]:
+    samples = []
+    gc.disable()
+    try:
+        for i in range(start, start + n):
+            begin = time.perf_counter_ns()
+            await call(i)
+            samples.append(time.perf_counter_ns() - begin)
+    finally:
+        gc.enable()
+    return samples
+
+
+def summary(samples: list[int]) -> tuple[float, float]:
+    ordered = sorted(samples)
+    return statistics.median(ordered) / 1e6, ordered[
+        min(len(ordered) - 1, int(len(ordered) * 0.99))
+    ] / 1e6
+
+
+async def alternate(
+    a: Callable[[int], Awaitable[Any]], b: Callable[[int], Awaitable[Any]], calls: int, block: int
+) -> tuple[list[int], list[int]]:
+    for i in range(200):  # warm up both paths
+        await a(i)
+        await b(i)
+    first: list[int] = []
+    second: list[int] = []
+    offset = 1000
+    while len(first) < calls:
+        first += await timed(a, offset, block)
+        second += await timed(b, offset, block)
+        offset += block
+    return first, second
+
+
+async def end_to_end(config: Path, calls: int, block: int) -> list[list[int]]:
+    bare = StdioServerParameters(command=sys.executable, args=[__file__, "--serve-bare-proxy"])
+    async with (
+        Client(upstream_command()) as direct,
+        Client(bare) as proxied,
+        Client(gateway_command(config)) as gated,
+    ):
+        paths = []
+        for client in (direct, proxied, gated):
+
+            async def call(i: int, client: Client = client) -> Any:
+                result = await client.call_tool("echo", {"n": i})
+                assert not result.is_error, result
+
+            paths.append(call)
+        return await alternate_all(paths, calls, block)
+
+
+async def alternate_all(
+    paths: list[Callable[[int], Awaitable[Any]]], calls: int, block: int
+) -> list[list[int]]:
+    for i in range(200):  # warm up every path
+        for path in paths:
+            await path(i)
+    samples: list[list[int]] = [[] for _ in paths]
+    offset = 1000
+    while len(samples[0]) < calls:
+        for path, kept in zip(paths, samples, strict=True):
+            kept += await timed(path, offset, block)
+        offset += block
+    return samples
+
+
+async def serve_bare_proxy() -> None:
+    """A proxy with no guard: list and call forwarded to the upstream as they are."""
+    import mcp_types as types
+    from mcp.server import Server
+    from mcp.server.stdio import stdio_server
+
+    async with Client(upstream_command()) as upstream:
+
+        async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+            return await upstream.list_tools()
+
+        async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+            return await upstream.call_tool(params.name, params.arguments)
+
+        server = Server("bare-proxy", on_list_tools=list_tools, on_call_tool=call_tool)
+        async with stdio_server() as (read, write):
+            await server.run(read, write, server.create_initialization_options())
+
+
+async def in_process(config_text: str, calls: int, block: int) -> tuple[list[int], list[int]]:
+    async with running(parse_config(config_text)) as gateway:
+        upstream = gateway.upstreams[0]
+
+        async def call_upstream(i: int) -> Any:
+            await upstream.call("echo", {"n": i}, 10.0)
+
+        async def call_gateway(i: int) -> Any:
+            result = await gateway.call("bench", "bench-session", "echo", {"n": i})
+            assert result.ok, result
+
+        return await alternate(call_upstream, call_gateway, calls, block)
+
+
+def report(
+    title: str,
+    base: list[int],
+    gated: list[int],
+    base_name: str,
+    gated_name: str,
+    added: str = "added by the gateway",
+) -> None:
+    base_median, base_p99 = summary(base)
+    gated_median, gated_p99 = summary(gated)
+    print(f"\n{title} ({len(base)} calls each)")
+    print(f"  {base_name:<28} median {base_median:7.3f} ms   p99 {base_p99:7.3f} ms")
+    print(f"  {gated_name:<28} median {gated_median:7.3f} ms   p99 {gated_p99:7.3f} ms")
+    print(
+        f"  {added:<28} median {gated_median - base_median:7.3f} ms   "
+        f"p99 {gated_p99 - base_p99:7.3f} ms   (x{gated_median / base_median:.2f} the median)"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--calls", type=int, default=2000, help="Timed calls per path.")
+    parser.add_argument("--block", type=int, default=10, help="Calls per alternating block.")
+    parser.add_argument("--serve-bare-proxy", action="store_true", help=argparse.SUPPRESS)
+    options = parser.parse_args()
+    if options.serve_bare_proxy:
+        anyio.run(serve_bare_proxy)
+        return
+    with tempfile.TemporaryDirectory(prefix="callgate-bench-") as folder:
+        config = Path(folder) / "gateway.yaml"
+        config.write_text(CONFIG)
+        direct, proxied, gated = anyio.run(end_to_end, config, options.calls, options.block)
+        report(
+            "end to end over stdio",
+            direct,
+            gated,
+            "client -> upstream",
+            "client -> gateway -> upstream",
+        )
+        report(
+            "the hop alone",
+            direct,
+            proxied,
+            "client -> upstream",
+            "client -> bare SDK proxy -> up",
+            "added by the hop",
+        )
+        report(
+            "the guard and gateway alone, end to end",
+            proxied,
+            gated,
+            "client -> bare SDK proxy -> up",
+            "client -> gateway -> upstream",
+            "added by guard + gateway",
+        )
+        upstream, gateway = anyio.run(in_process, CONFIG, options.calls, options.block)
+        report(
+            "inside the gateway process",
+            upstream,
+            gateway,
+            "Upstream.call",
+            "Gateway.call (full pipeline)",
+        )
+    print(
+        "\nThe machine is shared (2 cores, other jobs running): compare the paths, not absolute times."
+    )
+
+
+if __name__ == "__main__":
+    main()

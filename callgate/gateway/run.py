@@ -1,0 +1,167 @@
+"""Running the gateway: open the stores, start the upstreams, serve over stdio or streamable HTTP."""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import logging
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+from mcp.server.context import ServerRequestContext
+from mcp.server.stdio import stdio_server
+
+from callgate.approvals import OpenStores, list_actions, open_stores
+from callgate.gateway.config import GatewayConfig
+from callgate.gateway.gateway import Gateway, Stores
+from callgate.gateway.pins import open_pin_store
+from callgate.gateway.server import build_server
+from guard import Observer
+from guard.stores import ApprovalState
+
+__all__ = ["is_loopback", "running", "serve_http", "serve_stdio"]
+
+log = logging.getLogger("callgate.gateway")
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+
+@asynccontextmanager
+async def running(
+    config: GatewayConfig, *, observer: Observer | None = None
+) -> AsyncIterator[Gateway]:
+    """A started gateway (upstreams connected, pins checked, approvals watched) until the block ends."""
+    opened: OpenStores | None = open_stores(config.store) if config.store else None
+    try:
+        if opened is not None:
+            stores = Stores(
+                idempotency=opened.idempotency, approvals=opened.approvals, counters=opened.counters
+            )
+            redis_client = getattr(opened.closer, "client", None)
+            pins = open_pin_store(opened.spec, redis_client)
+        else:
+            stores, pins = Stores.memory(), open_pin_store(None)
+        gateway = Gateway(config, stores=stores, pins=pins, observer=observer)
+        async with anyio.create_task_group() as group:
+            await gateway.start(group)
+            if opened is not None:  # a restart keeps watching what the last process left pending
+                gateway.adopt(list_actions(opened, state=ApprovalState.PENDING))
+            group.start_soon(gateway.watch_approvals)
+            try:
+                yield gateway
+            finally:
+                await gateway.stop()
+                group.cancel_scope.cancel()
+    finally:
+        if opened is not None:
+            opened.close()
+
+
+async def serve_stdio(gateway: Gateway) -> None:
+    """Serve on this process's stdin/stdout for the one configured stdio principal."""
+    principal = gateway.config.stdio_principal
+    if principal is None:
+        raise ValueError("serve.stdio.principal is not set: stdio needs one configured principal")
+    session_id = f"stdio-{uuid.uuid4().hex[:16]}"
+    server = build_server(gateway, lambda ctx: (principal, session_id))
+    async with stdio_server() as (read_stream, write_stream):
+        await server.run(read_stream, write_stream, server.create_initialization_options())
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+async def serve_http(
+    gateway: Gateway,
+    *,
+    host: str | None = None,
+    port: int | None = None,
+    ready: Callable[[int], None] | None = None,
+) -> None:
+    """Serve streamable HTTP; every request needs a configured bearer token (401 otherwise)."""
+    import uvicorn
+
+    http = gateway.config.http
+    host = host or http.host
+    port = http.port if port is None else port
+    tokens = {t.token: t.principal for t in http.tokens}
+    if not tokens:
+        raise ValueError(
+            "serve.http.tokens is empty: HTTP needs bearer tokens mapped to principals"
+        )
+    if not is_loopback(host):
+        log.warning(
+            "serving on %s, beyond this machine: bearer tokens required on every request", host
+        )
+
+    def identity(ctx: ServerRequestContext[Any, Any]) -> tuple[str, str]:
+        headers = getattr(ctx.request, "headers", None) or {}
+        principal = _principal(tokens, headers.get("authorization"))
+        if principal is None:  # the middleware let nobody through without a token; belt and braces
+            raise PermissionError("no valid bearer token")
+        session = headers.get("mcp-session-id") or f"http:{principal}"
+        return principal, session
+
+    server = build_server(gateway, identity)
+    app = server.streamable_http_app(streamable_http_path=http.path, host=host)
+    guarded = _BearerAuth(app, tokens)
+    uv = uvicorn.Server(
+        uvicorn.Config(guarded, host=host, port=port, log_level="warning", lifespan="on")
+    )
+    if ready is None:
+        await uv.serve()
+        return
+    async with anyio.create_task_group() as group:
+        group.start_soon(uv.serve)
+        while not uv.started:
+            await anyio.sleep(0.02)
+        bound = uv.servers[0].sockets[0].getsockname()[1] if uv.servers else port
+        ready(int(bound))
+
+
+def _principal(tokens: dict[str, str], header: str | None) -> str | None:
+    if not header or not header.lower().startswith("bearer "):
+        return None
+    offered = header[7:].strip()
+    for token, principal in tokens.items():
+        if hmac.compare_digest(token.encode(), offered.encode()):
+            return principal
+    return None
+
+
+class _BearerAuth:
+    """ASGI middleware: HTTP requests without a configured bearer token get 401, before the SDK."""
+
+    def __init__(self, app: Any, tokens: dict[str, str]) -> None:
+        self.app = app
+        self.tokens = tokens
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            headers = {k.decode().lower(): v.decode() for k, v in scope.get("headers", [])}
+            if _principal(self.tokens, headers.get("authorization")) is None:
+                body = b'{"error":"unauthorized","message":"a valid bearer token is required"}'
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 401,
+                        "headers": [
+                            (b"content-type", b"application/json"),
+                            (b"www-authenticate", b'Bearer realm="callgate-gateway"'),
+                        ],
+                    }
+                )
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)

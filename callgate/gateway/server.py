@@ -1,0 +1,196 @@
+"""The downstream MCP server: ``tools/list`` and ``tools/call`` over the gateway, and confirmation.
+
+A rejected call is a tool error (``isError``) carrying the code and the message, rendered exactly as
+``guard.providers.mcp`` renders any guard result. A call that needs a human asks one through MCP
+elicitation when the client declares it, shown the exact arguments the approval binds:
+
+- on a handshake-era connection (2025-11-25 and before) with a back-channel, as an
+  ``elicitation/create`` request during the call, answered within ``policy.elicitation_timeout``;
+- on a 2026-07-28 connection, as an ``InputRequiredResult`` whose ``requestState`` is the approval
+  id; the client retries the call with the human's answer, and the gateway accepts the answer only
+  for an approval of the same session, principal and tool.
+
+Accept with ``approve: true`` approves; accept with false, or decline, denies; cancel (or no answer
+in time) leaves the action pending and returns the pending result with its approval id, for
+``callgate approvals`` to decide. Clients without elicitation get that pending result at once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp.server import Server
+from mcp.server.context import ServerRequestContext
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from callgate.gateway.gateway import Gateway
+from guard import Code, ToolResult
+from guard.providers.mcp import render_mcp
+from guard.stores import PendingAction
+
+__all__ = ["Identity", "build_server", "render"]
+
+log = logging.getLogger("callgate.gateway")
+
+Identity = Callable[[ServerRequestContext[Any, Any]], tuple[str, str]]
+"""Who a request acts for and in which session: ``ctx -> (principal, session id)``."""
+
+ELICITATION_KEY = "callgate_approval"
+"""The key of the approval question in an ``InputRequiredResult``."""
+
+_ASKS = frozenset({Code.CONFIRMATION_REQUIRED, Code.TAINTED_CONTEXT})
+
+_QUESTION: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "approve": {
+            "type": "boolean",
+            "title": "Approve",
+            "description": "Run exactly the action shown, once.",
+        }
+    },
+    "required": ["approve"],
+}
+
+
+def render(result: ToolResult) -> types.CallToolResult:
+    """The guard's result as an MCP tool result: text and structured content, ``isError`` if refused."""
+    return types.CallToolResult.model_validate(render_mcp(result, 0)["result"])
+
+
+def build_server(
+    gateway: Gateway, identity: Identity, *, name: str = "callgate-gateway"
+) -> Server[Any]:
+    """A low-level SDK server whose two tool handlers go through ``gateway``."""
+
+    async def list_tools(
+        ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        principal, _ = identity(ctx)
+        return types.ListToolsResult(tools=gateway.listing(principal))
+
+    async def call_tool(
+        ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        principal, session_id = identity(ctx)
+        if params.request_state is not None:
+            answered = await _answered(gateway, ctx, params, principal, session_id)
+            if answered is not None:
+                return render(answered)
+        call_id = str(ctx.request_id) if ctx.request_id is not None else None
+        result = await gateway.call(
+            principal, session_id, params.name, params.arguments, call_id=call_id
+        )
+        asked_already = params.request_state is not None  # the human cancelled: do not ask again
+        if (
+            result.code not in _ASKS
+            or result.approval_id is None
+            or asked_already
+            or not _can_elicit(ctx)
+        ):
+            return render(result)
+        action = gateway.pending(result.approval_id)
+        if action is None:
+            return render(result)
+        question = _question(action)
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS or not ctx.session.can_send_request:
+            return types.InputRequiredResult(
+                input_requests={
+                    ELICITATION_KEY: types.ElicitRequest(
+                        params=types.ElicitRequestFormParams(
+                            message=question, requested_schema=_QUESTION
+                        )
+                    )
+                },
+                request_state=action.id,
+            )
+        answer = await _ask(ctx, question, gateway.config.policy.elicitation_timeout)
+        decided = await _apply(gateway, action, answer, principal)
+        return render(decided if decided is not None else result)
+
+    return Server(name, version=_version(), on_list_tools=list_tools, on_call_tool=call_tool)
+
+
+def _can_elicit(ctx: ServerRequestContext[Any, Any]) -> bool:
+    capabilities = ctx.session.client_capabilities
+    return capabilities is not None and capabilities.elicitation is not None
+
+
+def _question(action: PendingAction) -> str:
+    """What the human reads: who asks, the tool, the exact arguments that will run, why, until when."""
+    arguments = json.dumps(json.loads(action.arguments), indent=2, ensure_ascii=False)
+    why = (
+        "outside content was read earlier in this conversation"
+        if action.reason == Code.TAINTED_CONTEXT
+        else "this action needs a human's approval"
+    )
+    expires = datetime.fromtimestamp(action.expires_at, UTC).isoformat(timespec="seconds")
+    return (
+        f"Approve {action.tool} for {action.principal_id}? It runs once with exactly these "
+        f"arguments:\n{arguments}\nWhy you are asked: {why}. Approval {action.id}, open until "
+        f"{expires}."
+    )
+
+
+async def _ask(
+    ctx: ServerRequestContext[Any, Any], question: str, timeout: float
+) -> types.ElicitResult | None:
+    """Ask over the back-channel; None when the client failed or did not answer in time."""
+    with anyio.move_on_after(timeout):
+        try:
+            return await ctx.session.elicit_form(
+                message=question, requested_schema=_QUESTION, related_request_id=ctx.request_id
+            )
+        except Exception:
+            log.warning("elicitation failed; the action stays pending", exc_info=True)
+            return None
+    return None
+
+
+async def _apply(
+    gateway: Gateway, action: PendingAction, answer: types.ElicitResult | None, principal: str
+) -> ToolResult | None:
+    """Record the human's answer; None leaves the action pending."""
+    if answer is None or answer.action == "cancel":
+        return None
+    by = f"elicitation:{principal}"
+    approve = answer.action == "accept" and bool((answer.content or {}).get("approve") is True)
+    return await gateway.decide(action.id, approve=approve, by=by)
+
+
+async def _answered(
+    gateway: Gateway,
+    ctx: ServerRequestContext[Any, Any],
+    params: types.CallToolRequestParams,
+    principal: str,
+    session_id: str,
+) -> ToolResult | None:
+    """A retried call carrying the human's answer (2026-07-28); None to run the call afresh."""
+    action = gateway.pending(params.request_state or "")
+    # The client echoes requestState; accept it only for this session's own approval of this tool.
+    if (
+        action is None
+        or action.session_id != session_id
+        or action.principal_id != principal
+        or action.tool != params.name
+    ):
+        return None
+    answer = (params.input_responses or {}).get(ELICITATION_KEY)
+    if not isinstance(answer, types.ElicitResult):
+        return None
+    return await _apply(gateway, action, answer, principal)
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("callgate")
+    except PackageNotFoundError:  # pragma: no cover - running from a checkout without install
+        return "0"

@@ -1,0 +1,268 @@
+"""One upstream MCP server: a client connection that lists tools, calls them, and comes back after a crash.
+
+Each connection lives in its own task (the SDK's client is an async context manager, and anyio wants
+a context entered and left by the same task). A call on a dead connection reconnects first, bounded by
+``connect_timeout``; a reconnect lists the tools again, so a definition changed across a restart is
+seen (and blocked by the pin check) before any call reaches it.
+
+Failures are sorted for the guard's execute stage by what they say about the world:
+
+- the connection could not be made, or closed before the request was sent: ``ConnectionError``
+  (not applied, retried);
+- the connection closed while the request was out: ``UpstreamLost``, a ``TimeoutError`` (the
+  upstream may have acted; a write ends with outcome unknown unless the upstream is idempotent);
+- the upstream answered with a JSON-RPC error: ``UpstreamRefused`` (a refusal, never retried).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from typing import Any
+
+import anyio
+import anyio.abc
+import httpx2
+import mcp_types as types
+from mcp import Client, StdioServerParameters
+from mcp.client.stdio import get_default_environment
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+
+from callgate.gateway.config import UpstreamConfig
+
+__all__ = ["Upstream", "UpstreamLost", "UpstreamRefused"]
+
+log = logging.getLogger("callgate.gateway")
+
+
+class UpstreamLost(TimeoutError):
+    """The connection closed while a request was out: the upstream may or may not have acted."""
+
+
+class UpstreamRefused(Exception):
+    """The upstream answered the request with a JSON-RPC error."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+class Upstream:
+    """A live connection to one upstream server, restarted on demand."""
+
+    def __init__(
+        self,
+        config: UpstreamConfig,
+        *,
+        on_tools: Callable[[Upstream, list[types.Tool]], Awaitable[None]] | None = None,
+    ) -> None:
+        self.config = config
+        self.name = config.name
+        self.tools: list[types.Tool] = []
+        """The latest listing."""
+        self._on_tools = on_tools
+        self._client: Client | None = None
+        self._stop: anyio.Event | None = None
+        self._reconnected: anyio.Event | None = None
+        self._failure: str | None = None
+        self._group: anyio.abc.TaskGroup | None = None
+        self.connects = 0
+        """How many times a connection was made (1 after start; more after crashes)."""
+
+    async def start(self, group: anyio.abc.TaskGroup) -> None:
+        """Connect and list the tools; raises ``ConnectionError`` if the upstream cannot be reached."""
+        self._group = group
+        await self._ensure()
+
+    async def stop(self) -> None:
+        """Close the connection (its task ends, a stdio server process is stopped)."""
+        if self._stop is not None:
+            self._stop.set()
+        self._client = None
+
+    @property
+    def connected(self) -> bool:
+        return self._client is not None
+
+    async def call(
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        timeout: float | None,
+        *,
+        connected: Callable[[], None] | None = None,
+    ) -> types.CallToolResult:
+        """Call ``name``; reconnects first if the connection died.
+
+        ``connected`` runs once the connection is live, before the request goes out: the place to
+        refuse a tool whose definition a reconnect just found changed.
+        """
+        client = await self._ensure()
+        if connected is not None:
+            connected()
+        try:
+            return await client.call_tool(name, arguments, read_timeout_seconds=timeout)
+        except MCPError as err:
+            if err.code == types.CONNECTION_CLOSED or not self._alive(client):
+                self._lost(client)
+                raise UpstreamLost(f"{self.name} closed the connection during {name}") from err
+            if err.code == types.REQUEST_TIMEOUT:
+                raise TimeoutError(f"{self.name} did not answer {name} in time") from err
+            raise UpstreamRefused(err.code, err.message) from err
+        except httpx2.ConnectError as err:  # the request never left: nothing happened
+            self._lost(client)
+            raise ConnectionError(f"{self.name} cannot be reached: {err}") from err
+        except (
+            anyio.ClosedResourceError,
+            anyio.BrokenResourceError,
+            EOFError,
+            OSError,
+            httpx2.TransportError,
+        ) as err:
+            self._lost(client)
+            raise UpstreamLost(f"{self.name} closed the connection during {name}") from err
+
+    async def relist(self) -> list[types.Tool]:
+        """List the tools again (after a ``tools/list_changed`` notification, say)."""
+        client = await self._ensure()
+        return await self._list(client)
+
+    # -- the connection ---------------------------------------------------------------------------
+
+    async def _ensure(self) -> Client:
+        """The live client, reconnecting if needed.
+
+        The reconnect runs in its own task, so a caller cancelled at its tool's timeout (a slow
+        process start on a loaded machine) does not cancel it: the next call finds it connected.
+        """
+        client = self._client
+        if client is not None:
+            return client
+        assert self._group is not None, "start() first"
+        if self._reconnected is None:
+            self._reconnected = anyio.Event()
+            self._group.start_soon(self._reconnect, self._reconnected)
+        await self._reconnected.wait()
+        if self._client is None:
+            raise ConnectionError(self._failure or f"{self.name}: cannot connect")
+        return self._client
+
+    async def _reconnect(self, done: anyio.Event) -> None:
+        try:
+            with anyio.fail_after(self.config.connect_timeout):
+                client = await self._connect()
+                await self._list(client)
+            self._client, self._failure = client, None
+        except TimeoutError:
+            self._failure = f"{self.name}: no answer within {self.config.connect_timeout:g} s"
+            await self.stop()
+        except Exception as err:
+            self._failure = f"{self.name}: cannot connect: {err}"
+            log.warning("upstream %s: %s", self.name, self._failure)
+            await self.stop()
+        finally:
+            self._reconnected = None
+            done.set()
+
+    async def _connect(self) -> Client:
+        assert self._group is not None, "start() first"
+        stop = anyio.Event()
+        ready: list[Client | BaseException] = []
+        started = anyio.Event()
+        self._stop = stop
+
+        async def run() -> None:
+            try:
+                async with AsyncExitStack() as stack:
+                    client = await stack.enter_async_context(
+                        Client(await self._target(stack), message_handler=self._notified)
+                    )
+                    ready.append(client)
+                    started.set()
+                    await stop.wait()
+            except BaseException as err:  # a crashed upstream ends here; the next call reconnects
+                if not started.is_set():
+                    ready.append(err)
+                    started.set()
+                elif not isinstance(err, anyio.get_cancelled_exc_class()):
+                    log.warning("upstream %s connection ended: %s", self.name, err)
+                if isinstance(err, anyio.get_cancelled_exc_class()):
+                    raise
+            finally:
+                if self._client is not None and ready and self._client is ready[0]:
+                    self._client = None
+
+        self._group.start_soon(run)
+        await started.wait()
+        outcome = ready[0]
+        if isinstance(outcome, BaseException):
+            raise ConnectionError(f"{self.name}: cannot connect: {outcome}") from outcome
+        self.connects += 1
+        return outcome
+
+    async def _target(self, stack: AsyncExitStack) -> StdioServerParameters | str | Any:
+        config = self.config
+        if config.url is not None and config.headers:
+            http = await stack.enter_async_context(
+                httpx2.AsyncClient(
+                    headers=dict(config.headers), timeout=httpx2.Timeout(30, read=300)
+                )
+            )
+            return streamable_http_client(config.url, http_client=http)
+        if config.url is not None:
+            return config.url
+        assert config.command is not None
+        command, *args = config.command
+        if command in ("python", "python3"):
+            command = sys.executable  # the gateway's own interpreter, venv included
+        return StdioServerParameters(
+            command=command,
+            args=args,
+            env={**get_default_environment(), **_inherited(), **config.env},
+            cwd=config.cwd,
+        )
+
+    async def _list(self, client: Client) -> list[types.Tool]:
+        tools: list[types.Tool] = []
+        cursor: str | None = None
+        for _ in range(100):  # a paginator that never ends cannot hang startup
+            page = await client.list_tools(cursor=cursor, cache_mode="refresh")
+            tools.extend(page.tools)
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        self.tools = tools
+        if self._on_tools is not None:
+            await self._on_tools(self, tools)
+        return tools
+
+    async def _notified(self, message: Any) -> None:
+        if isinstance(message, types.ToolListChangedNotification) and self._group is not None:
+            self._group.start_soon(self._relist_quietly)
+
+    async def _relist_quietly(self) -> None:
+        try:
+            await self.relist()
+        except Exception:
+            log.warning(
+                "upstream %s: listing tools after list_changed failed", self.name, exc_info=True
+            )
+
+    def _alive(self, client: Client) -> bool:
+        return self._client is client
+
+    def _lost(self, client: Client) -> None:
+        if self._client is client:
+            self._client = None
+            if self._stop is not None:
+                self._stop.set()
+
+
+def _inherited() -> dict[str, str]:
+    """What a stdio upstream inherits besides the SDK's safe defaults: the Python path."""
+    return {k: v for k, v in os.environ.items() if k in ("PYTHONPATH", "VIRTUAL_ENV")}

@@ -1,0 +1,118 @@
+"""``callgate gateway`` itself as a subprocess: downstream over stdio, and over HTTP with bearer tokens."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import mcp_types as types
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from callgate.gateway.demo import gateway_command
+from tests.gateway.conftest import effects, free_port, shop_config, wait_for_port
+
+TOKEN_BOT = "bot-token-0123456789abcdef"
+TOKEN_READER = "reader-token-0123456789abcdef"
+
+
+def _payload(result: types.CallToolResult) -> dict[str, Any]:
+    assert isinstance(result.structured_content, dict)
+    return result.structured_content
+
+
+class TestStdio:
+    """The gateway as an MCP stdio server, as an agent host would launch it."""
+
+    def test_a_client_session_over_stdio_goes_through_the_guard(self, tmp_path: Path) -> None:
+        """List, a read, a refused call, and the trail written with the guard's codes."""
+        config = tmp_path / "gateway.yaml"
+        config.write_text(shop_config(tmp_path))
+
+        async def scenario() -> tuple[list[str], dict[str, Any], dict[str, Any]]:
+            async with Client(gateway_command(config)) as client:
+                names = [tool.name for tool in (await client.list_tools()).tools]
+                read = await client.call_tool("shop_get_order", {"order_id": "ORD-1"})
+                bad = await client.call_tool("shop_get_order", {})
+                return names, _payload(read), _payload(bad)
+
+        names, read, bad = anyio.run(scenario)
+        assert "shop_get_order" in names and "shop_refund" in names
+        assert read["code"] == "OK" and read["data"]["order_id"] == "ORD-1"
+        assert bad["code"] == "INVALID_ARGUMENTS"
+        trail = "".join(p.read_text() for p in (tmp_path / "spans").glob("*.jsonl"))
+        assert '"INVALID_ARGUMENTS"' in trail and "shop_get_order" in trail
+
+    def test_a_malformed_config_is_refused_with_its_line(self, tmp_path: Path) -> None:
+        """The command exits non-zero, naming file, line and reason, before touching any upstream."""
+        config = tmp_path / "gateway.yaml"
+        text = shop_config(tmp_path).replace("timeout: 1", "timeout: soon")
+        config.write_text(text)
+        line = next(i for i, row in enumerate(text.splitlines(), 1) if "timeout: soon" in row)
+        command = gateway_command(config)
+        done = subprocess.run(
+            [command.command, *command.args], capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode != 0
+        assert f"gateway.yaml:{line}: upstreams.shop.timeout: expected" in done.stderr
+        assert effects(tmp_path) == []
+
+
+class TestHttp:
+    """Streamable HTTP downstream: bearer tokens map to principals; no token, no entry."""
+
+    def test_tokens_select_principals_and_a_missing_token_gets_401(self, tmp_path: Path) -> None:
+        """The bot sees every tool, the reader one; a request without a token is refused."""
+        port = free_port()
+        config = tmp_path / "gateway.yaml"
+        text = shop_config(tmp_path) + (
+            "  http:\n"
+            f"    port: {port}\n"
+            "    tokens:\n"
+            "      - {token_env: GW_TOKEN_BOT, principal: bot}\n"
+            "      - {token_env: GW_TOKEN_READER, principal: reader}\n"
+        )
+        config.write_text(text)
+        env = {**os.environ, "GW_TOKEN_BOT": TOKEN_BOT, "GW_TOKEN_READER": TOKEN_READER}
+        command = gateway_command(config)
+        process = subprocess.Popen(
+            [command.command, *command.args, "--transport", "http"],
+            cwd=str(tmp_path),
+            env=env,
+            stderr=subprocess.PIPE,
+        )
+        url = f"http://127.0.0.1:{port}/mcp"
+        try:
+            wait_for_port(port, timeout=30)
+
+            async def scenario() -> tuple[int, list[str], list[str], dict[str, Any]]:
+                async with httpx2.AsyncClient() as http:
+                    anonymous = await http.post(
+                        url, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+                    )
+                views = []
+                read: dict[str, Any] = {}
+                for token in (TOKEN_BOT, TOKEN_READER):
+                    async with (
+                        httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}) as http,
+                        Client(streamable_http_client(url, http_client=http)) as client,
+                    ):
+                        views.append([t.name for t in (await client.list_tools()).tools])
+                        if token == TOKEN_READER:
+                            read = _payload(
+                                await client.call_tool("shop_get_order", {"order_id": "H1"})
+                            )
+                return anonymous.status_code, views[0], views[1], read
+
+            status, bot_view, reader_view, read = anyio.run(scenario)
+        finally:
+            process.terminate()
+            process.communicate(timeout=20)
+        assert status == 401
+        assert "shop_refund" in bot_view and len(bot_view) > 1
+        assert reader_view == ["shop_get_order"]
+        assert read["code"] == "OK"
