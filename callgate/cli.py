@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from analytics.cli import export_command, load_command, report_command, trace_command
+from callgate.evaluation.cli import eval_command
 from dashboards.cli import dashboard
 from guard.replay import Replayer, load_factory, shop_target
 from telemetry.cli import sidecar
@@ -45,7 +46,15 @@ def replay(scenario: TextIO, app: str | None, table: bool) -> None:
         click.echo(json.dumps(record, ensure_ascii=False))
 
 
-for command in (sidecar, load_command, report_command, trace_command, export_command, dashboard):
+for command in (
+    sidecar,
+    load_command,
+    report_command,
+    trace_command,
+    export_command,
+    dashboard,
+    eval_command,
+):
     main.add_command(command)
 
 
