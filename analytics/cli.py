@@ -12,9 +12,11 @@ import json
 import os
 import re
 import sys
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import fields
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import click
@@ -34,6 +36,7 @@ from .reconstruct import (
     to_jsonable,
 )
 from .reconstruct import trace as rebuild_trace
+from .scenario import ScenarioExport, dumps, export_scenario
 
 __all__ = [
     "analytics_cli",
@@ -417,17 +420,76 @@ def _print_lookup(
 @click.option(
     "--parquet",
     "directory",
-    required=True,
     type=click.Path(file_okay=False),
     help="Write spans here as Parquet, partitioned by day.",
 )
+@click.option(
+    "--scenario",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the selected calls as a `callgate replay` scenario, each expecting its recorded code.",
+)
+@click.option(
+    "--tool", "tools", multiple=True, help="Scenario: only calls to this tool (repeatable)."
+)
+@click.option(
+    "--code", "codes", multiple=True, help="Scenario: only calls that ended with this code."
+)
+@click.option("--session", "sessions", multiple=True, help="Scenario: only this session.")
+@click.option("--since", default=None, help="Scenario: calls from this ISO 8601 time.")
+@click.option("--until", default=None, help="Scenario: calls before this ISO 8601 time.")
+@click.option(
+    "--principal",
+    "principals",
+    multiple=True,
+    metavar="ID",
+    help="Scenario: a principal id to write back in place of its pseudonym (repeatable).",
+)
+@click.option(
+    "--masking-key-env",
+    default="CALLGATE_MASKING_KEY",
+    show_default=True,
+    help="Scenario: the variable holding the masking key the pseudonyms were made with.",
+)
 @_json_option
-def export_command(database: str, directory: str, as_json: bool) -> None:
-    """Export the spans to Parquet, one directory per day (day=YYYY-MM-DD)."""
+def export_command(
+    database: str,
+    directory: str | None,
+    scenario: Path | None,
+    tools: tuple[str, ...],
+    codes: tuple[str, ...],
+    sessions: tuple[str, ...],
+    since: str | None,
+    until: str | None,
+    principals: tuple[str, ...],
+    masking_key_env: str,
+    as_json: bool,
+) -> None:
+    """Export the spans to Parquet (one directory per day), or calls as a replay scenario."""
+    if (directory is None) == (scenario is None):
+        raise click.UsageError("give one of --parquet DIR or --scenario FILE")
     if not os.path.exists(database):
         raise click.ClickException(f"no database at {database}: run `callgate load` first")
     con = connect(database, read_only=True)
     try:
+        if scenario is not None:
+            key = os.environ.get(masking_key_env)
+            if principals and not key:
+                raise click.UsageError(
+                    f"--principal needs the masking key in ${masking_key_env} to match pseudonyms"
+                )
+            found = export_scenario(
+                con,
+                tools=tools,
+                codes=codes,
+                sessions=sessions,
+                since=_time(since),
+                until=_time(until),
+                principals=principals,
+                key=key,
+            )
+            _print_scenario(found, scenario, as_json)
+            return
+        assert directory is not None
         result = export_parquet(con, directory)
     finally:
         con.close()
@@ -435,6 +497,23 @@ def export_command(database: str, directory: str, as_json: bool) -> None:
         _echo_json(result)
     else:
         click.echo(f"wrote {result.spans} spans to {result.directory} ({len(result.days)} days)")
+
+
+def _print_scenario(found: ScenarioExport, path: Path, as_json: bool) -> None:
+    path.write_text("".join(dumps(line) + "\n" for line in found.lines), encoding="utf-8")
+    if as_json:
+        _echo_json({"scenario": str(path), "calls": found.calls, "skipped": found.skipped})
+        return
+    click.echo(f"wrote {found.calls} calls to {path}; skipped {len(found.skipped)}")
+    reasons = Counter(s.reason for s in found.skipped)
+    for reason, count in reasons.most_common():
+        click.echo(f"  {count:>6}  {reason}")
+    for skipped in found.skipped[:20]:
+        click.echo(
+            f"  skipped {skipped.trace_id} {skipped.tool} ({skipped.call_id}): {skipped.reason}"
+        )
+    if len(found.skipped) > 20:
+        click.echo(f"  ... and {len(found.skipped) - 20} more (--json lists them all)")
 
 
 @click.group("analytics")
