@@ -16,8 +16,8 @@ _LABELS = {
     "recall": "recall",
     "abstention_accuracy": "abstention",
     "argument_validity": "valid arguments",
-    "argument_correctness": "correct arguments",
-    "unauthorised_prevention": "unauthorised prevented",
+    "argument_correctness": "right arguments",
+    "unauthorised_prevention": "attacks stopped",
 }
 
 
@@ -42,19 +42,20 @@ def render(ctx: PageContext) -> None:
         f"{newest.passed_runs} of {newest.runs} case runs as expected."
     )
     st.subheader("Per run")
+    labels = [f"{run.name} · {run.run_id[:6]}" for run in runs]
     st.altair_chart(
-        charts.lines(
+        charts.run_lines(
             [
-                {"started": run.started_at, "metric": _LABELS[rate], "value": run.rates[rate]}
-                for run in runs
+                {"run": label, "metric": _LABELS[rate], "value": run.rates[rate]}
+                for label, run in zip(labels, runs, strict=True)
                 for rate in EVAL_RATES
                 if run.rates[rate] is not None
             ],
-            x="started",
+            x="run",
             y="value",
             color="metric",
+            runs=labels,
             order=[_LABELS[r] for r in EVAL_RATES],
-            fmt=".0%",
         ),
         width="stretch",
     )
@@ -73,17 +74,23 @@ def render(ctx: PageContext) -> None:
         ],
         hide_index=True,
     )
-    _changes(ctx, [run.run_id for run in runs])
+    _changes(
+        ctx, [run.run_id for run in runs], dict(zip([r.run_id for r in runs], labels, strict=True))
+    )
 
 
-def _changes(ctx: PageContext, run_ids: list[str]) -> None:
+def _changes(ctx: PageContext, run_ids: list[str], labels: dict[str, str]) -> None:
     st.subheader("Cases that changed between two runs")
     if len(run_ids) < 2:
         st.caption("Store a second run to compare.")
         return
     left, right = st.columns(2)
-    before = left.selectbox("Before", run_ids, index=len(run_ids) - 2, key="eval_before")
-    after = right.selectbox("After", run_ids, index=len(run_ids) - 1, key="eval_after")
+    before = left.selectbox(
+        "Before", run_ids, index=len(run_ids) - 2, key="eval_before", format_func=labels.__getitem__
+    )
+    after = right.selectbox(
+        "After", run_ids, index=len(run_ids) - 1, key="eval_after", format_func=labels.__getitem__
+    )
     changes = case_changes(ctx.source, str(before), str(after))
     if not changes:
         st.caption("Every case has the same outcome in both runs.")
