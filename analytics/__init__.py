@@ -4,14 +4,23 @@ Knows the span contract (``telemetry.attributes``), never the guard's classes. T
 ``schema`` (DDL), ``load`` (incremental loader, with ``otlp``: the parsing SQL), ``metrics`` (one
 query per metric; by theme in ``rejections``, ``recovery``, ``confirmations``, ``latency``, over
 ``query`` and ``dialect``),
-``reconstruct`` (traces, sessions, call ids), ``clickhouse`` (the same metrics over
-``otel_traces``), ``parquet`` (export by day), ``cli`` (the commands), ``synth`` (synthetic span
+``reconstruct`` (traces, sessions, call ids), ``database`` (opening a database: one context
+manager, clear errors), ``clickhouse`` (the same metrics over
+``otel_traces``), ``parquet`` (export by day), ``cli`` (the commands) and ``render`` (their output), ``synth`` (synthetic span
 files for tests, demos and the benchmark).
 
 ``load`` is not re-exported: ``analytics.load`` stays the module (``analytics.load.load(con, paths)``).
 """
 
 from .cli import analytics_cli, export_command, load_command, report_command, trace_command
+from .database import (
+    DEFAULT_DB,
+    DatabaseBusyError,
+    DatabaseError,
+    NoDatabaseError,
+    NotADatabaseError,
+    open_database,
+)
 from .load import FileReport, ForeignFileError, LoadReport, connect, discover_files, follow
 from .metrics import (
     Backend,
@@ -42,22 +51,29 @@ from .metrics import (
 )
 from .parquet import ParquetExport, export_parquet
 from .reconstruct import (
+    AmbiguousIdError,
     CallSummary,
     Event,
     SpanNode,
     TraceView,
     calls_by_call_id,
     calls_with_code,
+    resolve_id,
     session_calls,
+    tainting_call,
     to_jsonable,
     trace,
 )
 
 __all__ = [
+    "DEFAULT_DB",
+    "AmbiguousIdError",
     "Backend",
     "CallCount",
     "CallSummary",
     "ConfirmationFunnel",
+    "DatabaseBusyError",
+    "DatabaseError",
     "DuckDBBackend",
     "Event",
     "FileReport",
@@ -67,6 +83,8 @@ __all__ = [
     "InvalidField",
     "LoadReport",
     "LoopGuard",
+    "NoDatabaseError",
+    "NotADatabaseError",
     "Overview",
     "ParquetExport",
     "Recovery",
@@ -90,14 +108,17 @@ __all__ = [
     "invalid_fields",
     "load_command",
     "loop_guards",
+    "open_database",
     "overview",
     "recovery_rate",
     "rejection_rate",
     "replays",
     "report_command",
+    "resolve_id",
     "session_calls",
     "stage_latency",
     "stuck_sessions",
+    "tainting_call",
     "to_jsonable",
     "trace",
     "trace_command",

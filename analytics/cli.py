@@ -1,42 +1,41 @@
 """The analytics commands: ``load``, ``report``, ``trace``, ``export``.
 
 Each is a :class:`click.Command` that the top-level ``callgate`` group registers; ``analytics_cli``
-groups them for tests and for running this module alone. Output is rich tables and trees for people,
-``--json`` for machines.
+groups them for tests and for running this module alone. Commands parse options, open the source
+(:func:`analytics.database.open_database`, or ClickHouse), run the queries and hand the results to
+:mod:`analytics.render`. A database problem (missing, not DuckDB, not callgate's, busy) is an error
+message and exit code 1, never a traceback.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import sys
-from collections import Counter
-from collections.abc import Sequence
-from dataclasses import fields
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import click
-from rich.console import Console
-from rich.table import Table
-from rich.tree import Tree
 
-from . import metrics
-from .load import ForeignFileError, LoadReport, connect, follow, load
+from . import gates, metrics
+from .database import DEFAULT_DB, DatabaseError, open_database
+from .load import ForeignFileError, follow, load
 from .parquet import export_parquet
-from .reconstruct import (
-    CallSummary,
-    SpanNode,
-    TraceView,
-    calls_by_call_id,
-    session_calls,
-    to_jsonable,
-)
+from .reconstruct import AmbiguousIdError, calls_by_call_id, resolve_id, session_calls
 from .reconstruct import trace as rebuild_trace
-from .scenario import ScenarioExport, dumps, export_scenario
+from .render import (
+    calls_table,
+    console,
+    echo_json,
+    print_load,
+    print_report,
+    print_scenario,
+    print_trace,
+)
+from .scenario import export_scenario
 
 __all__ = [
     "analytics_cli",
@@ -48,8 +47,6 @@ __all__ = [
     "trace_command",
 ]
 
-DEFAULT_DB = "callgate.duckdb"
-
 _db_option = click.option(
     "--db",
     "database",
@@ -59,39 +56,31 @@ _db_option = click.option(
     help="The DuckDB database file.",
 )
 _json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+_clickhouse_option = click.option(
+    "--clickhouse", "clickhouse_url", help="Read ClickHouse (otel_traces) at URL instead."
+)
 
 
-def _console() -> Console:
-    return Console(file=sys.stdout, width=140, highlight=False)
+@contextlib.contextmanager
+def _source(database: str, clickhouse_url: str | None) -> Iterator[metrics.Source]:
+    """The source a read command queries: ClickHouse at the URL, or the DuckDB file read-only.
 
+    Every problem opening or reading it becomes a :class:`click.ClickException`.
+    """
+    try:
+        if clickhouse_url:
+            from .clickhouse import connect_url
 
-def _echo_json(data: Any) -> None:
-    click.echo(json.dumps(to_jsonable(data), indent=2, sort_keys=False))
+            yield connect_url(clickhouse_url)
+            return
+        with open_database(database) as con:
+            yield con
+    except (DatabaseError, RuntimeError) as exc:
+        raise click.ClickException(str(exc)) from exc
 
 
 # ---------------------------------------------------------------------------------------------
 # load
-
-
-def _print_load(report: LoadReport, as_json: bool) -> None:
-    if as_json:
-        _echo_json(
-            {
-                "spans": report.spans,
-                "errors": report.errors,
-                "bytes": report.bytes,
-                "seconds": round(report.seconds, 3),
-                "files": report.files,
-            }
-        )
-        return
-    for f in report.files:
-        click.echo(f"{f.path}: {f.spans} spans, {f.errors} bad lines, {f.bytes} bytes")
-    rate = report.spans / report.seconds if report.seconds else 0.0
-    click.echo(
-        f"loaded {report.spans} spans from {len(report.files)} file(s) in {report.seconds:.2f}s"
-        f" ({rate:,.0f} spans/s); {report.errors} bad line(s) in load_errors"
-    )
 
 
 @click.command("load")
@@ -107,16 +96,11 @@ def load_command(
     try:
         if keep_following:
             with contextlib.suppress(KeyboardInterrupt):
-                follow(
-                    database, paths, interval=interval, on_load=lambda r: _print_load(r, as_json)
-                )
+                follow(database, paths, interval=interval, on_load=lambda r: print_load(r, as_json))
             return
-        con = connect(database)
-        try:
-            _print_load(load(con, paths), as_json)
-        finally:
-            con.close()
-    except (ForeignFileError, FileNotFoundError) as exc:
+        with open_database(database, read_only=False) as con:
+            print_load(load(con, paths), as_json)
+    except (ForeignFileError, FileNotFoundError, DatabaseError) as exc:
         raise click.ClickException(str(exc)) from exc
 
 
@@ -148,6 +132,31 @@ def _time(value: str | None) -> datetime | None:
     return parsed
 
 
+_PSEUDONYM = re.compile(r"p_[0-9a-f]{12}")
+
+
+def _pseudonyms(principals: tuple[str, ...]) -> tuple[str, ...]:
+    """Principals as the spans store them: keyed hashes (``p_...``) made with the deployment's
+    masking key. A value that already is a pseudonym is kept; without a key nothing else can
+    match, and the command says so."""
+    typed = [p for p in principals if not _PSEUDONYM.fullmatch(p)]
+    if not typed:
+        return principals
+    key = os.environ.get("CALLGATE_MASKING_KEY")
+    if not key:
+        click.echo(
+            f"warning: no masking key configured (CALLGATE_MASKING_KEY), so {', '.join(typed)} "
+            "cannot be hashed as the spans store principals and will match nothing; set the "
+            "key the services use, or give the pseudonym (p_...) shown in the tables",
+            err=True,
+        )
+        return principals
+    from telemetry.masking import Masker  # the one definition of the pseudonym
+
+    masker = Masker(key=key.encode())
+    return tuple(p if _PSEUDONYM.fullmatch(p) else masker.principal(p) for p in principals)
+
+
 def collect_report(
     source: metrics.Source,
     filters: metrics.Filters,
@@ -159,6 +168,11 @@ def collect_report(
     """Every metric, in report order."""
     return {
         "overview": metrics.overview(source, filters, bucket=bucket),
+        # Calls that did not run, by who can act on them (analytics.gates; docs/metrics.md).
+        "gates_apart_from_errors": gates.gate_shares(source, filters, bucket=bucket),
+        "gates_apart_from_errors_by_tool": gates.gate_shares(
+            source, filters, by="tool", bucket=bucket
+        ),
         "rejection_rate_by_tool": metrics.rejection_rate(
             source, filters, by="tool", min_calls=min_calls, bucket=bucket
         ),
@@ -177,53 +191,19 @@ def collect_report(
     }
 
 
-def _cell(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.1%}" if value <= 1.0 else f"{value:.2f}"
-    if isinstance(value, datetime):
-        return value.isoformat(sep=" ", timespec="seconds")
-    return str(value)
-
-
-_PERCENT_FIELDS = {"rate", "share"}
-
-
-def _table(title: str, rows: list[Any]) -> Table:
-    table = Table(title=title, title_justify="left")
-    if not rows:
-        table.add_column("(no data)")
-        return table
-    names = [f.name for f in fields(rows[0]) if any(getattr(r, f.name) is not None for r in rows)]
-    for name in names:
-        table.add_column(
-            name,
-            justify="right"
-            if name not in ("tool", "code", "field", "stage", "session")
-            else "left",
-        )
-    for row in rows:
-        cells = []
-        for name in names:
-            value = getattr(row, name)
-            if name.endswith("_ms") and isinstance(value, float):
-                cells.append(f"{value:.3f}")
-            elif name in _PERCENT_FIELDS or not isinstance(value, float):
-                cells.append(_cell(value))
-            else:
-                cells.append(f"{value:.3f}")
-        table.add_row(*cells)
-    return table
-
-
 @click.command("report")
 @_db_option
 @click.option("--since", help="Start of the time range (ISO 8601, UTC unless an offset is given).")
 @click.option("--until", help="End of the time range (exclusive).")
 @click.option("--service", "services", multiple=True, help="Only these services (repeatable).")
 @click.option("--tool", "tools", multiple=True, help="Only these tools (repeatable).")
-@click.option("--principal", "principals", multiple=True, help="Only these principals.")
+@click.option(
+    "--principal",
+    "principals",
+    multiple=True,
+    help="Only these principals, as people type them (CUS-1: hashed with $CALLGATE_MASKING_KEY, "
+    "as the spans store them) or as stored pseudonyms (p_...).",
+)
 @click.option(
     "-k",
     "k",
@@ -235,7 +215,7 @@ def _table(title: str, rows: list[Any]) -> Table:
     "--min-calls", default=20, show_default=True, help="Rates below this many calls are not shown."
 )
 @click.option("--bucket", help="Time series bucket, e.g. 15m, 1h, 1d.")
-@click.option("--clickhouse", "clickhouse_url", help="Run on ClickHouse (otel_traces) at URL.")
+@_clickhouse_option
 @_json_option
 def report_command(
     database: str,
@@ -256,103 +236,19 @@ def report_command(
         end=_time(until),
         services=services,
         tools=tools,
-        principals=principals,
+        principals=_pseudonyms(principals),
     )
     step = _duration(bucket)
-    if clickhouse_url:
-        from .clickhouse import connect_url
-
-        try:
-            backend = connect_url(clickhouse_url)
-        except RuntimeError as exc:
-            raise click.ClickException(str(exc)) from exc
-        data = collect_report(backend, filters, k=k, min_calls=min_calls, bucket=step)
-    else:
-        if not os.path.exists(database):
-            raise click.ClickException(f"no database at {database}: run `callgate load` first")
-        con = connect(database, read_only=True)
-        try:
-            data = collect_report(con, filters, k=k, min_calls=min_calls, bucket=step)
-        finally:
-            con.close()
+    with _source(database, clickhouse_url) as source:
+        data = collect_report(source, filters, k=k, min_calls=min_calls, bucket=step)
     if as_json:
-        _echo_json({"filters": filters, "k": k, "min_calls": min_calls, **data})
+        echo_json({"filters": filters, "k": k, "min_calls": min_calls, **data})
         return
-    print_report(data, _console())
-
-
-def print_report(data: dict[str, list[Any]], console: Console) -> None:
-    """Print :func:`collect_report`'s result as one table per metric."""
-    for name, rows in data.items():
-        console.print(_table(name.replace("_", " "), rows))
+    print_report(data, console())
 
 
 # ---------------------------------------------------------------------------------------------
 # trace
-
-
-def _node_label(node: SpanNode) -> str:
-    parts = [f"[bold]{node.name}[/bold]", f"{node.duration_ms:.3f} ms"]
-    if node.stage_outcome:
-        parts.append(node.stage_outcome)
-    if node.code:
-        parts.append(node.code)
-    if node.status_code == 2:
-        parts.append("[red]error[/red]")
-    return "  ".join(parts)
-
-
-def _add(tree: Tree, node: SpanNode) -> None:
-    branch = tree.add(_node_label(node))
-    for event in node.events:
-        attrs = ", ".join(f"{k}={v}" for k, v in event.attributes.items())
-        branch.add(f"event {event.name} at {event.time.isoformat()} {attrs}")
-    if node.name.startswith("execute_tool "):
-        for key in ("guard.arguments", "gen_ai.tool.call.arguments"):
-            if key in node.attributes:
-                branch.add(f"arguments (masked): {node.attributes[key]}")
-                break
-    for child in node.children:
-        _add(branch, child)
-
-
-def _summary_row(c: CallSummary) -> list[str]:
-    approval = f"{c.approval_id} {c.approval_outcome}" if c.approval_id else ""
-    return [
-        _cell(c.start_time),
-        _cell(c.step),
-        _cell(c.tool),
-        _cell(c.code),
-        _cell(c.call_id),
-        approval,
-        _cell(c.attempts),
-        c.trace_id,
-    ]
-
-
-def _calls_table(title: str, calls: Sequence[CallSummary]) -> Table:
-    table = Table(title=title, title_justify="left")
-    for name in ("start", "step", "tool", "code", "call id", "approval", "attempts", "trace"):
-        table.add_column(name)
-    for c in calls:
-        table.add_row(*_summary_row(c))
-    return table
-
-
-def _print_trace(view: TraceView) -> None:
-    console = _console()
-    tree = Tree(f"trace {view.trace_id}")
-    for root in view.roots:
-        _add(tree, root)
-    console.print(tree)
-    for c in view.calls:
-        console.print(
-            f"call {c.call_id} tool={c.tool} session={c.session} principal={c.principal} "
-            f"step={c.step} code={c.code} ok={c.ok} outcome={c.outcome} attempts={c.attempts} "
-            f"replayed={c.replayed} confirmed={c.confirmed}"
-        )
-    if view.approvals:
-        console.print(_calls_table("approval history", view.approvals))
 
 
 @click.command("trace")
@@ -360,7 +256,7 @@ def _print_trace(view: TraceView) -> None:
 @_db_option
 @click.option("--session", help="Show this session's calls in order.")
 @click.option("--call-id", help="Find calls by the model's call id.")
-@click.option("--clickhouse", "clickhouse_url", help="Read ClickHouse (otel_traces) at URL instead.")
+@_clickhouse_option
 @_json_option
 def trace_command(
     trace_id: str | None,
@@ -370,21 +266,14 @@ def trace_command(
     clickhouse_url: str | None,
     as_json: bool,
 ) -> None:
-    """Rebuild a call from its trace id: stages, codes, timings, masked arguments, approvals."""
+    """Rebuild a call from its trace id: stages, codes, timings, masked arguments, approvals.
+
+    Any id may be given by an unambiguous prefix (``callgate trace 0a1b2c``).
+    """
     if sum(x is not None for x in (trace_id, session, call_id)) != 1:
         raise click.UsageError("give exactly one of TRACE_ID, --session or --call-id")
-    if clickhouse_url:
-        from .clickhouse import connect_url
-
-        _print_lookup(connect_url(clickhouse_url), trace_id, session, call_id, as_json)
-        return
-    if not os.path.exists(database):
-        raise click.ClickException(f"no database at {database}: run `callgate load` first")
-    con = connect(database, read_only=True)
-    try:
-        _print_lookup(con, trace_id, session, call_id, as_json)
-    finally:
-        con.close()
+    with _source(database, clickhouse_url) as source:
+        _print_lookup(source, trace_id, session, call_id, as_json)
 
 
 def _print_lookup(
@@ -395,20 +284,31 @@ def _print_lookup(
     as_json: bool,
 ) -> None:
     if trace_id is not None:
-        view = rebuild_trace(source, trace_id)
+        full = _resolve(source, "trace_id", trace_id)
+        view = rebuild_trace(source, full or trace_id)
         if view is None:
             raise click.ClickException(f"no spans for trace {trace_id}")
-        _echo_json(view) if as_json else _print_trace(view)
+        echo_json(view) if as_json else print_trace(view)
         return
     if session is not None:
+        session = _resolve(source, "session", session) or session
         calls = session_calls(source, session)
         title = f"session {session}"
     else:
-        calls = calls_by_call_id(source, call_id or "")
+        call_id = _resolve(source, "call_id", call_id or "") or call_id or ""
+        calls = calls_by_call_id(source, call_id)
         title = f"call id {call_id}"
     if not calls:
         raise click.ClickException(f"no calls for {title}")
-    _echo_json(calls) if as_json else _console().print(_calls_table(title, calls))
+    echo_json(calls) if as_json else console().print(calls_table(title, calls))
+
+
+def _resolve(source: metrics.Source, column: str, prefix: str) -> str | None:
+    """The full id for an unambiguous prefix (see :func:`analytics.reconstruct.resolve_id`)."""
+    try:
+        return resolve_id(source, column, prefix)
+    except AmbiguousIdError as exc:
+        raise click.ClickException(f"{exc}; give more characters") from exc
 
 
 # ---------------------------------------------------------------------------------------------
@@ -428,12 +328,8 @@ def _print_lookup(
     type=click.Path(dir_okay=False, path_type=Path),
     help="Write the selected calls as a `callgate replay` scenario, each expecting its recorded code.",
 )
-@click.option(
-    "--tool", "tools", multiple=True, help="Scenario: only calls to this tool (repeatable)."
-)
-@click.option(
-    "--code", "codes", multiple=True, help="Scenario: only calls that ended with this code."
-)
+@click.option("--tool", "tools", multiple=True, help="Scenario: only calls to this tool.")
+@click.option("--code", "codes", multiple=True, help="Scenario: only calls that ended so.")
 @click.option("--session", "sessions", multiple=True, help="Scenario: only this session.")
 @click.option("--since", default=None, help="Scenario: calls from this ISO 8601 time.")
 @click.option("--until", default=None, help="Scenario: calls before this ISO 8601 time.")
@@ -467,53 +363,35 @@ def export_command(
     """Export the spans to Parquet (one directory per day), or calls as a replay scenario."""
     if (directory is None) == (scenario is None):
         raise click.UsageError("give one of --parquet DIR or --scenario FILE")
-    if not os.path.exists(database):
-        raise click.ClickException(f"no database at {database}: run `callgate load` first")
-    con = connect(database, read_only=True)
+    key = os.environ.get(masking_key_env)
+    if scenario is not None and principals and not key:
+        raise click.UsageError(
+            f"--principal needs the masking key in ${masking_key_env} to match pseudonyms"
+        )
     try:
-        if scenario is not None:
-            key = os.environ.get(masking_key_env)
-            if principals and not key:
-                raise click.UsageError(
-                    f"--principal needs the masking key in ${masking_key_env} to match pseudonyms"
+        with open_database(database) as con:
+            if scenario is not None:
+                found = export_scenario(
+                    con,
+                    tools=tools,
+                    codes=codes,
+                    sessions=sessions,
+                    since=_time(since),
+                    until=_time(until),
+                    principals=principals,
+                    key=key,
                 )
-            found = export_scenario(
-                con,
-                tools=tools,
-                codes=codes,
-                sessions=sessions,
-                since=_time(since),
-                until=_time(until),
-                principals=principals,
-                key=key,
-            )
-            _print_scenario(found, scenario, as_json)
-            return
-        assert directory is not None
-        result = export_parquet(con, directory)
-    finally:
-        con.close()
-    if as_json:
-        _echo_json(result)
+            else:
+                assert directory is not None
+                result = export_parquet(con, directory)
+    except DatabaseError as exc:
+        raise click.ClickException(str(exc)) from exc
+    if scenario is not None:
+        print_scenario(found, scenario, as_json)
+    elif as_json:
+        echo_json(result)
     else:
         click.echo(f"wrote {result.spans} spans to {result.directory} ({len(result.days)} days)")
-
-
-def _print_scenario(found: ScenarioExport, path: Path, as_json: bool) -> None:
-    path.write_text("".join(dumps(line) + "\n" for line in found.lines), encoding="utf-8")
-    if as_json:
-        _echo_json({"scenario": str(path), "calls": found.calls, "skipped": found.skipped})
-        return
-    click.echo(f"wrote {found.calls} calls to {path}; skipped {len(found.skipped)}")
-    reasons = Counter(s.reason for s in found.skipped)
-    for reason, count in reasons.most_common():
-        click.echo(f"  {count:>6}  {reason}")
-    for skipped in found.skipped[:20]:
-        click.echo(
-            f"  skipped {skipped.trace_id} {skipped.tool} ({skipped.call_id}): {skipped.reason}"
-        )
-    if len(found.skipped) > 20:
-        click.echo(f"  ... and {len(found.skipped) - 20} more (--json lists them all)")
 
 
 @click.group("analytics")

@@ -22,8 +22,10 @@ from typing import Any, Literal
 
 import duckdb
 
+from telemetry import attributes as A
+
 from .dialect import Dialect
-from .schema import COLUMNS, Column
+from .schema import _CALL_COLUMNS, COLUMNS, Column
 
 __all__ = [
     "CLICKHOUSE",
@@ -69,7 +71,7 @@ def _attr(name: str, sql_type: str, attrs: str = "SpanAttributes") -> str:
     """A contract attribute out of the string map, typed like DuckDB's column; NULL if absent."""
     raw = f"{attrs}['{name}']"
     if sql_type == "BOOLEAN":
-        return f"if(mapContains({attrs}, '{name}'), {raw} = 'true', NULL)"
+        return f"if(mapContains({attrs}, '{name}'), toBool({raw} = 'true'), NULL)"
     if sql_type == "BIGINT":
         return f"toInt64OrNull({raw})"
     if sql_type == "DOUBLE":
@@ -83,18 +85,48 @@ _STATUS = (
     "multiIf(StatusCode IN ('Error', 'STATUS_CODE_ERROR'), 2, "
     "StatusCode IN ('Ok', 'STATUS_CODE_OK'), 1, 0)"
 )
-_BASE = (
-    "TraceId AS trace_id, SpanId AS span_id, ServiceName AS service, "
-    "toDateTime64(Timestamp, 6, 'UTC') AS start_time, Duration / 1e6 AS duration_ms, "
-    "toInt64(Duration) AS duration_ns, "
-    f"{_STATUS} AS status_code"
+"""The OTLP status number, from either spelling of ``StatusCode``."""
+
+_CONTRACT_KEYS = "[" + ", ".join(f"'{c.attribute}'" for c in COLUMNS) + "]"
+
+_TEXT_LIST = "Array(Tuple(key String, value Tuple(stringValue String)))"
+"""Attributes as OTLP ``{key, value: {stringValue}}`` structs: the exporter keeps only text."""
+
+
+def _text_list(keys: str, values: str) -> str:
+    return f"CAST(arrayMap((k, v) -> (k, tuple(v)), {keys}, {values}), '{_TEXT_LIST}')"
+
+
+_EXTRA = "mapFilter((k, v) -> NOT has(" + _CONTRACT_KEYS + ", k), SpanAttributes)"
+
+_EVENTS = (
+    "CAST(arrayMap((t, n, a) -> (toUInt64(toUnixTimestamp64Nano(t)), n, "
+    + _text_list("mapKeys(a)", "mapValues(a)")
+    + "), `Events.Timestamp`, `Events.Name`, `Events.Attributes`), "
+    f"'Array(Tuple(timeUnixNano UInt64, name String, attributes {_TEXT_LIST}))')"
 )
 
+_SPANS = (
+    "(SELECT lower(TraceId) AS trace_id, SpanId AS span_id, "
+    "nullIf(ParentSpanId, '') AS parent_span_id, SpanName AS name, ServiceName AS service, "
+    "toDateTime64(Timestamp, 6, 'UTC') AS start_time, Duration / 1e6 AS duration_ms, "
+    f"toInt64(Duration) AS duration_ns, {_STATUS} AS status_code, "
+    "nullIf(StatusMessage, '') AS status_message, "
+    + ", ".join(f"{_attr(c.attribute, c.sql_type)} AS {c.name}" for c in COLUMNS)
+    + ", if(empty("
+    + _EXTRA
+    + "), NULL, "
+    + _text_list(f"mapKeys({_EXTRA})", f"mapValues({_EXTRA})")
+    + f") AS attributes, {_EVENTS} AS events FROM otel_traces)"
+)
+"""One row per span with DuckDB's ``spans`` column names: the contract attributes typed out of the
+string map, the rest (attributes the contract does not have) as a text list."""
+
+_CALL_NAMES = ", ".join(c.name for c in _CALL_COLUMNS)
+
 _CALLS = (
-    f"(SELECT {_BASE}, "
-    + ", ".join(f"{_attr(c.attribute, c.sql_type)} AS {c.name}" for c in COLUMNS if c.call_only)
-    + ", nullIf(SpanAttributes['guard.code'], '') AS code"
-    + " FROM otel_traces WHERE startsWith(SpanName, 'execute_tool '))"
+    "(SELECT trace_id, span_id, service, start_time, duration_ms, duration_ns, status_code, "
+    f"{_CALL_NAMES}, code FROM {_SPANS} WHERE startsWith(name, '{A.CALL_SPAN_PREFIX}'))"
 )
 
 _RANKED = f"""(
@@ -110,27 +142,18 @@ _RANKED = f"""(
 )"""
 
 _STAGES = f"""(
-    SELECT s.trace_id AS trace_id, s.span_id AS span_id, s.service AS service,
-           s.start_time AS start_time, s.duration_ms AS duration_ms,
+    SELECT s.trace_id AS trace_id, s.span_id AS span_id, s.parent_span_id AS parent_span_id,
+           s.service AS service, s.start_time AS start_time, s.duration_ms AS duration_ms,
            s.duration_ns AS duration_ns, s.stage AS stage,
            s.stage_outcome AS stage_outcome, s.code AS code,
-           nullIf(c.tool, '') AS tool, nullIf(c.session, '') AS session,
-           nullIf(c.principal, '') AS principal, nullIf(c.call_id, '') AS call_id
+           c.tool AS tool, c.session AS session, c.principal AS principal, c.call_id AS call_id
     FROM (
-        SELECT {_BASE}, ParentSpanId AS parent_span_id,
-               nullIf(SpanAttributes['guard.stage.name'], '') AS stage,
-               nullIf(SpanAttributes['guard.stage.outcome'], '') AS stage_outcome,
-               nullIf(SpanAttributes['guard.code'], '') AS code
-        FROM otel_traces WHERE startsWith(SpanName, 'guard.')
+        SELECT trace_id, span_id, parent_span_id, service, start_time, duration_ms, duration_ns,
+               stage, stage_outcome, code
+        FROM {_SPANS} WHERE startsWith(name, '{A.STAGE_SPAN_PREFIX}')
     ) AS s
-    LEFT JOIN (
-        SELECT TraceId, SpanId,
-               SpanAttributes['gen_ai.tool.name'] AS tool,
-               SpanAttributes['gen_ai.conversation.id'] AS session,
-               SpanAttributes['guard.principal'] AS principal,
-               SpanAttributes['gen_ai.tool.call.id'] AS call_id
-        FROM otel_traces WHERE startsWith(SpanName, 'execute_tool ')
-    ) AS c ON c.TraceId = s.trace_id AND c.SpanId = s.parent_span_id
+    LEFT JOIN (SELECT trace_id, span_id, tool, session, principal, call_id FROM {_CALLS}) AS c
+        ON c.trace_id = s.trace_id AND c.span_id = s.parent_span_id
 )"""
 
 _PARAM_TYPES = {
@@ -154,7 +177,9 @@ CLICKHOUSE = Dialect(
     calls=_CALLS,
     ranked_calls=_RANKED,
     stages=_STAGES,
+    spans=_SPANS,
     latency_rollup=None,
+    latency_rollup_all=None,
     param=lambda name, kind: "{" + f"{name}:{_PARAM_TYPES[kind]}" + "}",
     bucket=lambda expr, seconds: (
         f"fromUnixTimestamp64Micro(intDiv(toUnixTimestamp64Micro({expr}), {seconds * 1_000_000})"
@@ -291,7 +316,12 @@ def export_otel_traces(
             CASE WHEN {old}
                  THEN 'STATUS_CODE_' || upper({statuses}[status_code + 1])
                  ELSE {statuses}[status_code + 1] END AS StatusCode,
-            coalesce(status_message, '') AS StatusMessage
+            coalesce(status_message, '') AS StatusMessage,
+            list_transform(coalesce(events, []),
+                           lambda e: make_timestamp_ns(TRY_CAST(e.timeUnixNano AS BIGINT))) AS "Events.Timestamp",
+            list_transform(coalesce(events, []), lambda e: e.name) AS "Events.Name",
+            list_transform(coalesce(events, []), lambda e: map_from_entries(list_transform(
+                e.attributes, lambda a: {{'k': a.key, 'v': {_TEXT}}}))) AS "Events.Attributes"
         FROM spans
     ) TO '{os.fspath(path).replace("'", "''")}' (FORMAT parquet)
     """

@@ -63,10 +63,17 @@ LATENCY_HISTOGRAM: tuple[str, ...] = (
         """
         for tool, sign in (("NULL", "-"), ("c.tool", ""))
     ),
+    """
+    INSERT INTO stage_latency_all
+    SELECT hour, stage, bucket, sum(spans), $batch FROM stage_latency_hist
+    WHERE batch = $batch GROUP BY hour, stage, bucket HAVING sum(spans) <> 0
+    """,
 )
 """Keep ``stage_latency_hist`` in step with the load: its stage spans counted under their call's
 tool (NULL when the call span is not loaded yet); stage spans of earlier loads whose call span
-arrives only now are moved from the NULL tool to theirs (a negative row, then a positive one)."""
+arrives only now are moved from the NULL tool to theirs (a negative row, then a positive one).
+Then the load's rows summed over services and tools into ``stage_latency_all`` (the moves cancel
+out there)."""
 
 
 def derive(con: duckdb.DuckDBPyConnection, batch: int) -> None:

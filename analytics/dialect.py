@@ -1,8 +1,10 @@
 """The few places where DuckDB and ClickHouse SQL differ, so each metric is written once.
 
-A metric query reads two relations, ``calls`` and ``stages``, with the same column names on both
-engines (DuckDB: the views in :mod:`analytics.schema`; ClickHouse: subqueries over the collector's
-``otel_traces``, see :mod:`analytics.clickhouse`). Everything else it needs from the engine is here.
+A metric query reads two relations, ``calls`` and ``stages``, and trace reconstruction a third,
+``spans``, with the same column names on both engines (DuckDB: the tables and views in
+:mod:`analytics.schema`; ClickHouse: subqueries over the collector's ``otel_traces``, see
+:mod:`analytics.clickhouse`). Everything else a query needs from the engine is here, so no caller
+ever asks which engine it is talking to.
 """
 
 from __future__ import annotations
@@ -25,9 +27,18 @@ class Dialect:
     """``calls`` with ``seq`` and ``next_ok_gap`` (see :func:`analytics.metrics.recovery_rate`)."""
     stages: str
     """The ``stages`` relation."""
+    spans: str
+    """Every span, for reconstruction: ``trace_id``, ``span_id``, ``parent_span_id``, ``name``,
+    ``start_time``, ``duration_ms``, ``status_code``, ``status_message``, one column per contract
+    attribute (:data:`analytics.schema.COLUMNS`: ``stage``, ``stage_outcome``, ``code``, ...),
+    ``attributes`` (OTLP ``{key, value}`` structs the typed columns do not hold, or NULL) and
+    ``events`` (``{timeUnixNano, name, attributes}`` structs)."""
     latency_rollup: str | None
     """A table of stage latency histograms per hour, service, tool and stage, if the engine keeps
     one (DuckDB: ``stage_latency_hist``); None to build the histogram from ``stages``."""
+    latency_rollup_all: str | None
+    """The same histogram per hour and stage only (all services and tools together: a sixth of
+    the rows), for unfiltered queries (DuckDB: ``stage_latency_all``); None if not kept."""
     param: Callable[[str, str], str]
     """``param(name, kind)`` -> placeholder; kind is one of string, int, float, timestamp."""
     bucket: Callable[[str, int], str]
@@ -72,7 +83,9 @@ DUCKDB = Dialect(
     calls="calls",
     ranked_calls="calls",
     stages="stages",
+    spans="(SELECT *, duration_ns / 1e6 AS duration_ms FROM spans)",
     latency_rollup="stage_latency_hist",
+    latency_rollup_all="stage_latency_all",
     param=lambda name, kind: f"${name}",
     bucket=_duckdb_bucket,
     quantiles=_duckdb_quantiles,
@@ -81,4 +94,4 @@ DUCKDB = Dialect(
     unnest="unnest",
     value=_duckdb_value,
 )
-"""DuckDB over the ``calls`` and ``stages`` views."""
+"""DuckDB over the ``spans`` table and the ``calls`` and ``stages`` relations."""

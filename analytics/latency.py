@@ -91,8 +91,9 @@ def stage_histogram_query(
     """The histogram buckets that hold the ranks the percentiles need, step by step.
 
     1. ``hist``: span counts per (bucket, stage, duration bucket), from the loader's hourly
-       ``stage_latency_hist`` when the filters fit it (no principal filter, whole hours), else
-       from the stage spans with the same bucket function (16 buckets per power of two).
+       ``stage_latency_hist`` when the filters fit it (no principal filter, whole hours; its
+       ``stage_latency_all`` sum over services and tools when neither is filtered), else from
+       the stage spans with the same bucket function (16 buckets per power of two).
     2. ``ranked``: per (bucket, stage), the running count up to each duration bucket and the
        total ``n``.
     3. Keep only the duration buckets that contain rank floor((n - 1) q) or the rank after it,
@@ -104,9 +105,11 @@ def stage_histogram_query(
         )
         where, params = where_clause(hourly, d)
         where = where.replace("start_time", "hour")
+        everything = not filters.services and not filters.tools and d.latency_rollup_all
+        table = d.latency_rollup_all if everything else d.latency_rollup
         hist = (
             f"SELECT {bucket_expr(d, bucket, 'hour')} AS bucket, stage, bucket AS lat, "
-            f"sum(spans) AS c FROM {d.latency_rollup} {where} GROUP BY 1, 2, 3 "
+            f"sum(spans) AS c FROM {table} {where} GROUP BY 1, 2, 3 "
             "HAVING sum(spans) > 0"
         )
     else:

@@ -29,9 +29,9 @@ from pathlib import Path
 
 import duckdb
 
+from .database import DatabaseBusyError, connect
 from .derive import derive
 from .otlp import parse_sql
-from .schema import DDL, SCHEMA_VERSION
 from .spanfiles import (
     ForeignFileError,
     complete_end,
@@ -40,6 +40,7 @@ from .spanfiles import (
     discover_files,
     fingerprint,
     line_problem,
+    literal_path,
     open_span_file,
     sniff,
 )
@@ -65,9 +66,12 @@ class FileReport:
     spans: int
     """Spans inserted (duplicates of spans already stored are not counted)."""
     errors: int
-    """Lines skipped and recorded in ``load_errors``."""
+    """Lines and spans skipped and recorded in ``load_errors``."""
     bytes: int
     """Uncompressed bytes read this time."""
+    truncated: bool = False
+    """A gzip file whose data stops mid-stream (cut, or still being written): its whole lines
+    were loaded, the rest waits (a file that grows later is resumed from there)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -88,43 +92,14 @@ class LoadReport:
         return sum(f.errors for f in self.files)
 
     @property
+    def truncated(self) -> tuple[str, ...]:
+        """The files whose gzip data was cut."""
+        return tuple(f.path for f in self.files if f.truncated)
+
+    @property
     def bytes(self) -> int:
         """Uncompressed bytes read, all files."""
         return sum(f.bytes for f in self.files)
-
-
-def connect(
-    database: str | os.PathLike[str] = ":memory:",
-    *,
-    read_only: bool = False,
-    timeout: float = 10.0,
-) -> duckdb.DuckDBPyConnection:
-    """Open (and, read-write, create or upgrade) a callgate database.
-
-    DuckDB lets one process hold a database file at a time. Writers (``load``) hold it only for
-    one load round; readers (``report``, the dashboard) open it ``read_only`` for one query or
-    page. When the other side holds the file, this retries for up to ``timeout`` seconds instead
-    of failing: see docs/analytics.md.
-    """
-    deadline = time.monotonic() + timeout
-    delay = 0.01
-    while True:
-        try:
-            con = duckdb.connect(str(database), read_only=read_only)
-            break
-        except duckdb.IOException as exc:
-            if "lock" not in str(exc).lower() or time.monotonic() >= deadline:
-                raise
-            time.sleep(delay)
-            delay = min(delay * 2, 0.25)
-    con.execute("SET enable_progress_bar = false")
-    if not read_only:
-        for statement in DDL:
-            con.execute(statement)
-        con.execute(
-            "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)]
-        )
-    return con
 
 
 @dataclass(kw_only=True, slots=True)
@@ -157,6 +132,26 @@ def _sql_string(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
+def _reader(source: Path, gz: bool, longest: int) -> str:
+    """``read_ndjson_objects`` over exactly ``source`` (never a glob pattern: see
+    :func:`analytics.spanfiles.literal_path`).
+
+    DuckDB's default object limit (16 MiB a line) is kept unless a longer line was seen: a larger
+    limit makes every reader thread allocate that much and slows the read 3-4x.
+    """
+    limit = f", maximum_object_size={1 << max(24, longest.bit_length())}" if longest else ""
+    return (
+        f"read_ndjson_objects({_sql_string(str(source))}, "
+        f"compression={_sql_string('gzip' if gz else 'none')}{limit})"
+    )
+
+
+_NEW = (
+    "NOT EXISTS (SELECT 1 FROM spans AS s WHERE s.span_id = n.span_id AND s.trace_id = n.trace_id)"
+)
+"""The anti-join: spans already stored (an earlier load, any file) are not inserted again."""
+
+
 def _insert_fast(
     con: duckdb.DuckDBPyConnection,
     source: Path,
@@ -166,30 +161,54 @@ def _insert_fast(
 ) -> int:
     """Insert every span of ``source`` not yet stored; return how many were inserted.
 
-    DuckDB's default object limit (16 MiB a line) is kept unless a longer line was seen: a larger
-    limit makes every reader thread allocate that much and slows the read 3-4x.
+    Raises ``duckdb.InvalidInputException`` on a malformed line or a span the store cannot hold.
     """
-    limit = f", maximum_object_size={1 << max(24, longest.bit_length())}" if longest else ""
-    reader = (
-        f"read_ndjson_objects({_sql_string(str(source))}, "
-        f"compression={_sql_string('gzip' if gz else 'none')}{limit})"
-    )
     before = _count(con)
+    reader = _reader(source, gz, longest)
     con.execute(
-        f"""
-        INSERT INTO spans
-        SELECT * FROM ({parse_sql(reader, state.file_id, state.batch)}) AS n
-        WHERE NOT EXISTS (
-            SELECT 1 FROM spans AS s WHERE s.span_id = n.span_id AND s.trace_id = n.trace_id
-        )
-        """
+        f"INSERT INTO spans SELECT * FROM ({parse_sql(reader, state.file_id, state.batch)}) AS n "
+        f"WHERE {_NEW}"
     )
-    # The anti-join sees only earlier loads; a span repeated inside this file is removed here
-    # (rare: a writer that retried a batch), which is cheaper than deduplicating every load.
+    _drop_repeats(con, state.batch)
+    return _count(con) - before
+
+
+def _insert_checked(
+    con: duckdb.DuckDBPyConnection, source: Path, path: Path, state: _State, longest: int
+) -> tuple[int, int]:
+    """Insert the good spans of ``source`` (lines numbered by the tolerant path); record the
+    others in ``load_errors``. Returns (spans inserted, spans rejected)."""
+    before = _count(con)
+    reader = _reader(source, False, longest)
+    con.execute(
+        f"CREATE OR REPLACE TEMP TABLE parsed AS "
+        f"{parse_sql(reader, state.file_id, state.batch, tolerant=True)}"
+    )
+    rejected = _scalar(con, "SELECT count(*) FROM parsed WHERE problem IS NOT NULL")
+    if rejected:
+        con.execute(
+            "INSERT INTO load_errors SELECT $path, line, 'span: ' || problem, excerpt, $now "
+            "FROM parsed WHERE problem IS NOT NULL ORDER BY line",
+            {"path": str(path), "now": _now()},
+        )
+    con.execute(
+        "INSERT INTO spans SELECT * EXCLUDE (problem, line, excerpt) FROM parsed AS n "
+        f"WHERE problem IS NULL AND {_NEW}"
+    )
+    con.execute("DROP TABLE parsed")
+    _drop_repeats(con, state.batch)
+    return _count(con) - before, rejected
+
+
+def _drop_repeats(con: duckdb.DuckDBPyConnection, batch: int) -> None:
+    """Remove spans repeated inside this load (rare: a writer that retried a batch).
+
+    The anti-join sees only earlier loads; this is cheaper than deduplicating every load.
+    """
     repeated = _scalar(
         con,
         f"SELECT count(*) - count(DISTINCT (trace_id, span_id)) FROM spans "
-        f"WHERE batch = {int(state.batch)}",
+        f"WHERE batch = {int(batch)}",
     )
     if repeated:
         con.execute(
@@ -202,9 +221,8 @@ def _insert_fast(
                 ) WHERE n > 1
             )
             """,
-            {"batch": state.batch},
+            {"batch": batch},
         )
-    return _count(con) - before
 
 
 def _count(con: duckdb.DuckDBPyConnection) -> int:
@@ -221,7 +239,9 @@ def _insert_tolerant(
 ) -> tuple[int, int, int]:
     """Split the region into lines in Python; record bad ones; load the good ones.
 
-    Returns (spans inserted, lines rejected, lines read in the file so far).
+    Each good line is written with its line number in front (``{"callgate_line":N,...``) so that
+    a span the store cannot hold is recorded in ``load_errors`` with the line it came from.
+    Returns (spans inserted, lines and spans rejected, lines read in the file so far).
     """
     good = workdir / "good.jsonl"
     first = (
@@ -231,25 +251,27 @@ def _insert_tolerant(
     now = _now()
     lines = 0
     longest = 0
-    with open_span_file(path, compressed) as stream, good.open("wb") as out:
-        stream.seek(state.offset)
+    with open_span_file(path, compressed, state.offset) as stream, good.open("wb") as out:
         position = state.offset
         for line in stream:
             if position >= end:
                 break
             position += len(line)
             lines += 1
-            problem = line_problem(line) if line.strip() else None
+            if not line.strip():
+                continue
+            problem = line_problem(line)
             if problem is None:
-                out.write(line)
-                longest = max(longest, len(line))
+                numbered = b'{"callgate_line":%d,' % (first + lines) + line.lstrip()[1:]
+                out.write(numbered)
+                longest = max(longest, len(numbered))
             else:
                 excerpt = line[:_EXCERPT].decode("utf-8", "replace").rstrip("\n")
                 errors.append((str(path), first + lines, problem, excerpt, now))
     if errors:
         con.executemany("INSERT INTO load_errors VALUES (?, ?, ?, ?, ?)", errors)
-    spans = _insert_fast(con, good, state, False, longest) if longest else 0
-    return spans, len(errors), first + lines
+    spans, rejected = _insert_checked(con, good, path, state, longest) if longest else (0, 0)
+    return spans, len(errors) + rejected, first + lines
 
 
 def _load_file(
@@ -257,14 +279,17 @@ def _load_file(
 ) -> FileReport:
     file_key = fingerprint(first_line)
     state = _state(con, file_key)
-    size, end = complete_end(path, compressed, state.offset)
+    region = complete_end(path, compressed, state.offset)
+    end = region.end
     if end <= state.offset:
-        return FileReport(path=str(path), spans=0, errors=0, bytes=0)
+        return FileReport(path=str(path), spans=0, errors=0, bytes=0, truncated=region.truncated)
     with tempfile.TemporaryDirectory(prefix="callgate-load-") as tmp:
         workdir = Path(tmp)
-        direct = state.offset == 0 and end == size
-        source = path if direct else workdir / "region.jsonl"
-        if not direct:
+        direct = state.offset == 0 and end == region.size and not region.truncated
+        if direct:
+            source = literal_path(path, workdir)
+        else:
+            source = workdir / "region.jsonl"
             copy_region(path, compressed, state.offset, end, source)
         con.execute("BEGIN TRANSACTION")
         try:
@@ -274,8 +299,9 @@ def _load_file(
                     0,
                     None,
                 )
-            except duckdb.InvalidInputException:
-                # A malformed line aborts the statement: redo this file line by line.
+            except (duckdb.InvalidInputException, duckdb.ConversionException):
+                # A malformed line or a span the store cannot hold aborts the statement: redo
+                # this file line by line.
                 con.execute("ROLLBACK")
                 con.execute("BEGIN TRANSACTION")
                 spans, errors, lines = _insert_tolerant(con, path, compressed, state, end, workdir)
@@ -285,7 +311,13 @@ def _load_file(
         except BaseException:
             con.execute("ROLLBACK")
             raise
-    return FileReport(path=str(path), spans=spans, errors=errors, bytes=end - state.offset)
+    return FileReport(
+        path=str(path),
+        spans=spans,
+        errors=errors,
+        bytes=end - state.offset,
+        truncated=region.truncated,
+    )
 
 
 def _save_state(
@@ -360,10 +392,15 @@ def follow(
     """Keep loading ``paths`` into ``database`` every ``interval`` seconds until ``should_stop()``.
 
     Each round opens the database, loads what is new (rotations included), and closes it again,
-    so the file is free for readers between rounds: a reader waits at most one round.
+    so the file is free for readers between rounds: a reader waits at most one round. A round
+    that finds the file busy (a reader held it for the whole wait) is skipped, not fatal.
     """
     while not should_stop():
-        con = connect(database)
+        try:
+            con = connect(database)
+        except DatabaseBusyError:
+            time.sleep(interval)
+            continue
         try:
             report = load(con, paths)
         finally:

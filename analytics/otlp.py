@@ -29,17 +29,18 @@ from .schema import COLUMNS, Column
 __all__ = ["parse_sql"]
 
 _VALUE = (
-    '{"stringValue":"VARCHAR","intValue":"BIGINT","boolValue":"BOOLEAN",'
+    '{"stringValue":"VARCHAR","intValue":"VARCHAR","boolValue":"BOOLEAN",'
     '"doubleValue":"DOUBLE","arrayValue":"JSON","kvlistValue":"JSON","bytesValue":"VARCHAR"}'
 )
 _ATTRS = '[{"key":"VARCHAR","value":' + _VALUE + "}]"
 _ENVELOPE = (
-    '{"resourceSpans":[{"resource":{"attributes":' + _ATTRS + '},"scopeSpans":'
-    '[{"scope":{"name":"VARCHAR"},"spans":["JSON"]}]}]}'
+    '{"callgate_line":"BIGINT","resourceSpans":[{"resource":{"attributes":' + _ATTRS + "},"
+    '"scopeSpans":[{"scope":{"name":"VARCHAR"},"spans":["JSON"]}]}]}'
 )
+"""``callgate_line``: the line number the tolerant path writes into each line it re-reads."""
 _SPAN = (
     '{"traceId":"VARCHAR","spanId":"VARCHAR","parentSpanId":"VARCHAR","name":"VARCHAR",'
-    '"kind":"INTEGER","startTimeUnixNano":"UBIGINT","endTimeUnixNano":"UBIGINT",'
+    '"kind":"INTEGER","startTimeUnixNano":"BIGINT","endTimeUnixNano":"BIGINT",'
     '"attributes":' + _ATTRS + ',"events":[{"timeUnixNano":"UBIGINT","name":"VARCHAR",'
     '"attributes":' + _ATTRS + '}],"status":{"code":"INTEGER","message":"VARCHAR"}}'
 )
@@ -52,6 +53,8 @@ def _extract(value: str, column: Column) -> str:
             f'\'{{"values":[{{"stringValue":"VARCHAR"}}]}}\')."values", '
             "lambda v: v.stringValue)"
         )
+    if column.otlp == "intValue":  # text in the list, so an int beyond 64 bits is kept as sent
+        return f"TRY_CAST({value}.intValue AS BIGINT)"
     return f"{value}.{column.otlp}"
 
 
@@ -77,20 +80,60 @@ def _column(column: Column) -> str:
 
 
 def _typed_count() -> str:
-    """How many of a span's attributes landed in typed columns (lateral aliases)."""
+    """How many of a span's attributes landed in typed columns."""
     return " + ".join(f"({c.name} IS NOT NULL)::INTEGER" for c in COLUMNS)
 
 
-def parse_sql(source: str, file_id: int, batch: int) -> str:
+_PROBLEM = """CASE
+        WHEN s.traceId IS NULL OR NOT regexp_full_match(s.traceId, '[0-9a-fA-F]{32}')
+            THEN 'traceId is not 32 hex digits'
+        WHEN s.spanId IS NULL OR NOT regexp_full_match(s.spanId, '[0-9a-fA-F]{16}')
+            THEN 'spanId is not 16 hex digits'
+        WHEN s.name IS NULL THEN 'no span name'
+        WHEN coalesce(s.startTimeUnixNano, 0) <= 0
+            THEN 'no start time (startTimeUnixNano missing, 0, or not a 63-bit integer)'
+        WHEN coalesce(s.endTimeUnixNano, 0) <= 0
+            THEN 'no end time (endTimeUnixNano missing, 0, or not a 63-bit integer)'
+        WHEN s.endTimeUnixNano < s.startTimeUnixNano THEN 'ends before it starts'
+    END"""
+"""Why the store cannot hold a span (its NOT NULL columns need ids, a name and real times), or
+NULL. Values the typed columns cannot hold elsewhere in the span become NULL there and the span
+keeps its attribute list, so nothing else rejects a span."""
+
+
+def parse_sql(source: str, file_id: int, batch: int, *, tolerant: bool = False) -> str:
     """The SELECT that yields ``spans`` rows (all columns, table order) from ``source``.
 
     ``source`` is a table function call such as ``read_ndjson_objects('f.json')``; ``file_id`` and
     ``batch`` are stored on every row. All are trusted values built by the loader.
+
+    A span the store cannot hold (:data:`_PROBLEM`) makes the statement fail with an
+    ``InvalidInputException`` (the fast path then redoes the file tolerantly). With ``tolerant``
+    it does not: three more columns follow, ``problem`` (NULL for a good span), ``line`` (the
+    ``callgate_line`` of its line) and ``excerpt`` (the span's JSON, cut), so the caller can
+    record bad spans in ``load_errors`` and insert the others.
     """
     columns = ",\n        ".join(_column(c) for c in COLUMNS)
+    trace_id = (
+        "s.traceId"
+        if tolerant
+        else "CASE WHEN problem IS NULL THEN s.traceId "
+        "ELSE error('callgate: a span the store cannot hold: ' || problem) END"
+    )
+    extra = ", problem, line, left(raw::VARCHAR, 200) AS excerpt" if tolerant else ""
+    names = ", ".join(c.name for c in COLUMNS)
+    # The typed columns are computed in the inner SELECT and only counted in the outer one: a
+    # lateral alias in the same SELECT is expanded in place, which evaluated every column twice.
     return f"""
 SELECT
-    s.traceId AS trace_id,
+    trace_id, span_id, parent_span_id, name, category, kind, start_time, end_time, duration_ns,
+    status_code, status_message, service, scope, {names},
+    CASE WHEN len(all_attributes) = {_typed_count()} THEN NULL ELSE all_attributes END
+        AS attributes,
+    events, file_id, batch{extra}
+FROM (
+SELECT
+    {trace_id} AS trace_id,
     s.spanId AS span_id,
     nullif(s.parentSpanId, '') AS parent_span_id,
     s.name,
@@ -98,41 +141,51 @@ SELECT
          WHEN starts_with(s.name, '{A.STAGE_SPAN_PREFIX}') THEN 'stage'
          ELSE 'other' END AS category,
     s.kind,
-    make_timestamp((s.startTimeUnixNano // 1000)::BIGINT) AS start_time,
-    make_timestamp((s.endTimeUnixNano // 1000)::BIGINT) AS end_time,
-    (s.endTimeUnixNano::BIGINT - s.startTimeUnixNano::BIGINT) AS duration_ns,
+    make_timestamp(s.startTimeUnixNano // 1000) AS start_time,
+    make_timestamp(s.endTimeUnixNano // 1000) AS end_time,
+    s.endTimeUnixNano - s.startTimeUnixNano AS duration_ns,
     coalesce(s.status.code, 0) AS status_code,
     nullif(s.status.message, '') AS status_message,
     service,
     scope,
     {columns},
-    CASE WHEN len(s.attributes) = {_typed_count()} THEN NULL ELSE s.attributes END
-        AS attributes,
-    s.events,
+    s.attributes AS all_attributes,
+    s.events AS events,
     {int(file_id)} AS file_id,
-    {int(batch)} AS batch
+    {int(batch)} AS batch,
+    problem,
+    line,
+    raw
 FROM (
     SELECT
         s,
+        {_PROBLEM} AS problem,
+        raw,
+        line,
         CASE WHEN starts_with(s.name, '{A.CALL_SPAN_PREFIX}')
              THEN list_transform(s.attributes, lambda a: a.key) END AS keys,
         starts_with(s.name, '{A.CALL_SPAN_PREFIX}') AS is_call,
         service,
         scope
     FROM (
-        SELECT from_json(unnest(ss.spans), '{_SPAN}') AS s, service, ss.scope.name AS scope
+        SELECT from_json(raw, '{_SPAN}') AS s, raw, service, scope, line
+        FROM (
+        SELECT unnest(ss.spans) AS raw, service, ss.scope.name AS scope, line
         FROM (
             SELECT
                 unnest(rs.scopeSpans) AS ss,
+                line,
                 rs.resource.attributes[
                     list_position(list_transform(rs.resource.attributes, lambda a: a.key),
                                   'service.name')
                 ].value.stringValue AS service
             FROM (
-                SELECT unnest(from_json(json, '{_ENVELOPE}').resourceSpans) AS rs
-                FROM {source}
+                SELECT unnest(e.resourceSpans) AS rs, e.callgate_line AS line
+                FROM (SELECT from_json(json, '{_ENVELOPE}') AS e FROM {source})
             )
         )
+        )
     )
+)
 )
 """

@@ -9,23 +9,24 @@ them: text) and the same ``calls`` relation the metrics use. Results are frozen 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from datetime import UTC, datetime
 from typing import Any
-
-import duckdb
 
 from .query import Backend, Source, backend_of, rows_as
 from .schema import COLUMNS
 
 __all__ = [
+    "AmbiguousIdError",
     "CallSummary",
     "Event",
     "SpanNode",
     "TraceView",
     "calls_by_call_id",
     "calls_with_code",
+    "resolve_id",
     "session_calls",
+    "tainting_call",
     "to_jsonable",
     "trace",
 ]
@@ -38,7 +39,8 @@ class Event:
     """A span event, e.g. a retry of the handler (``guard.retry``)."""
 
     name: str
-    time: datetime
+    time: datetime | None
+    """None when the event's time was not a 64-bit number of nanoseconds."""
     attributes: dict[str, AttributeValue]
 
 
@@ -89,6 +91,16 @@ class CallSummary:
     outcome: str | None
     arguments: str | None
     """Masked arguments."""
+    message: str | None = None
+    """The message the model received (masked)."""
+    fixable: bool | None = None
+    """The model can fix the call by resending it corrected."""
+    untrusted: bool | None = None
+    """The tool returned untrusted outside text: from this call on, the session is tainted."""
+    injection_detected: bool | None = None
+    """Instruction-like text was found in that untrusted result."""
+    injection_rule: str | None = None
+    """The detector rule that matched."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -101,6 +113,9 @@ class TraceView:
     approvals: tuple[CallSummary, ...]
     """Every call (any trace) sharing an approval id with this trace's calls, in time order: the
     call that asked for a human and the resumption that carried the decision."""
+    tainted_by: tuple[CallSummary, ...] = ()
+    """For a call of this trace that ended ``TAINTED_CONTEXT``: the call that tainted its session
+    (see :func:`tainting_call`)."""
 
 
 _SUMMARY_COLUMNS = [f.name for f in fields(CallSummary)]
@@ -109,7 +124,12 @@ _SUMMARY_COLUMNS = [f.name for f in fields(CallSummary)]
 def _value(value: dict[str, Any] | None) -> AttributeValue:
     if value is None:
         return None
-    for key in ("stringValue", "intValue", "boolValue", "doubleValue", "bytesValue"):
+    if value.get("intValue") is not None:  # stored as text (OTLP JSON sends int64 as a string)
+        try:
+            return int(value["intValue"])
+        except ValueError:
+            return str(value["intValue"])
+    for key in ("stringValue", "boolValue", "doubleValue", "bytesValue"):
         if value.get(key) is not None:
             result: AttributeValue = value[key]
             return result
@@ -126,20 +146,26 @@ def _attributes(raw: list[dict[str, Any]] | None) -> dict[str, AttributeValue]:
     return {a["key"]: _value(a["value"]) for a in raw or ()}
 
 
-def _span_attributes(row: tuple[Any, ...]) -> dict[str, AttributeValue]:
-    """All attributes of a span: its typed contract columns, or the full list when it was kept
-    (the loader keeps it when something did not fit the typed columns)."""
-    if row[10] is not None:
-        return _attributes(row[10])
-    return {
-        column.attribute: value
-        for column, value in zip(COLUMNS, row[12:], strict=True)
-        if value is not None
+def _span_attributes(row: dict[str, Any]) -> dict[str, AttributeValue]:
+    """All attributes of a span: its typed contract columns, then its attribute list (what the
+    typed columns do not hold: on DuckDB the whole list as sent, kept when something did not fit;
+    on ClickHouse the attributes the contract does not name). An empty array is no attribute:
+    ClickHouse arrays cannot be NULL, so an absent one reads as ``[]``."""
+    typed: dict[str, AttributeValue] = {
+        column.attribute: row[column.name]
+        for column in COLUMNS
+        if row[column.name] is not None and row[column.name] != []
     }
+    return typed | _attributes(row["attributes"])
 
 
 def _summaries(
-    source: Source, column: str, values: list[str], *, limit: int | None = None
+    source: Source,
+    column: str,
+    values: list[str],
+    *,
+    limit: int | None = None,
+    real_steps: bool = True,
 ) -> list[CallSummary]:
     """The calls whose ``column`` is one of ``values``, in the order they were made."""
     b = backend_of(source)
@@ -155,123 +181,169 @@ def _summaries(
         f"SELECT {', '.join(_SUMMARY_COLUMNS)} FROM {d.ranked_calls} "
         f"WHERE {column} IN ({placeholders}) ORDER BY start_time, seq{tail}"
     )
-    return rows_as(CallSummary, b.fetch(sql, params))
+    calls = rows_as(CallSummary, b.fetch(sql, params))
+    return _with_real_steps(b, calls) if real_steps else calls
 
 
-def _span_rows(source: Source, trace_id: str) -> list[tuple[Any, ...]]:
-    """The trace's spans as rows: span_id, parent, name, start, ms, status code and message,
-    stage, stage outcome, code, attribute list (or None), events, then the typed columns."""
-    if isinstance(source, duckdb.DuckDBPyConnection):
-        typed = ", ".join(c.name for c in COLUMNS)
-        return source.execute(
-            f"""
-            SELECT span_id, parent_span_id, name, start_time, duration_ns / 1e6, status_code,
-                   status_message, stage, stage_outcome, code, attributes, events, {typed}
-            FROM spans WHERE trace_id = ? ORDER BY start_time, span_id
-            """,
-            [trace_id],
-        ).fetchall()
-    return _clickhouse_span_rows(source, trace_id)
+def _with_real_steps(backend: Backend, calls: list[CallSummary]) -> list[CallSummary]:
+    """Resumed calls with the step of the call that asked for the human.
 
-
-def _clickhouse_span_rows(backend: Backend, trace_id: str) -> list[tuple[Any, ...]]:
-    # The exporter keeps every attribute as text in a map; they come back as an attribute list,
-    # so the tree shows them as stored (the typed columns stay empty).
-    rows = backend.fetch(
-        f"""
-        SELECT SpanId AS span_id, nullIf(ParentSpanId, '') AS parent_span_id, SpanName AS name,
-               toDateTime64(Timestamp, 6, 'UTC') AS start_time, Duration / 1e6 AS duration_ms,
-               multiIf(StatusCode IN ('Error', 'STATUS_CODE_ERROR'), 2,
-                       StatusCode IN ('Ok', 'STATUS_CODE_OK'), 1, 0) AS status_code,
-               nullIf(StatusMessage, '') AS status_message,
-               nullIf(SpanAttributes['guard.stage.name'], '') AS stage,
-               nullIf(SpanAttributes['guard.stage.outcome'], '') AS stage_outcome,
-               nullIf(SpanAttributes['guard.code'], '') AS code,
-               mapKeys(SpanAttributes) AS keys, mapValues(SpanAttributes) AS values,
-               arrayMap(t -> toUnixTimestamp64Nano(t), `Events.Timestamp`) AS event_ns,
-               `Events.Name` AS event_names,
-               arrayMap(a -> mapKeys(a), `Events.Attributes`) AS event_keys,
-               arrayMap(a -> mapValues(a), `Events.Attributes`) AS event_values
-        FROM otel_traces WHERE lower(TraceId) = {backend.dialect.param("trace", "string")}
-        ORDER BY start_time, span_id
-        """,
-        {"trace": trace_id},
-    )
-    empty = (None,) * len(COLUMNS)
+    A resumption skips the budget stage, so its span says step 0: the step the session was at is
+    the request's (same approval id, not resumed).
+    """
+    unstepped = sorted({c.approval_id for c in calls if c.resumed and not c.step and c.approval_id})
+    if not unstepped:
+        return calls
+    requests = _summaries(backend, "approval_id", unstepped, real_steps=False)
+    steps = {r.approval_id: r.step for r in requests if not r.resumed and r.step}
     return [
-        (
-            r["span_id"],
-            r["parent_span_id"],
-            r["name"],
-            r["start_time"],
-            r["duration_ms"],
-            r["status_code"],
-            r["status_message"],
-            r["stage"],
-            r["stage_outcome"],
-            r["code"],
-            _text_list(r["keys"], r["values"]),
-            [
-                {"name": name, "timeUnixNano": ns, "attributes": _text_list(keys, values)}
-                for ns, name, keys, values in zip(
-                    r["event_ns"], r["event_names"], r["event_keys"], r["event_values"], strict=True
-                )
-            ],
-            *empty,
-        )
-        for r in rows
+        replace(c, step=steps[c.approval_id])
+        if c.resumed and not c.step and c.approval_id in steps
+        else c
+        for c in calls
     ]
 
 
-def _text_list(keys: list[str], values: list[str]) -> list[dict[str, Any]]:
-    return [{"key": k, "value": {"stringValue": v}} for k, v in zip(keys, values, strict=True)]
+def tainting_call(source: Source, call: CallSummary) -> CallSummary | None:
+    """The call that tainted ``call``'s session: the first earlier call of the session that
+    returned untrusted outside text (``guard.untrusted``); None when there is none stored.
+
+    From that call on, the guard asks a human before any write in the session
+    (``TAINTED_CONTEXT``); its ``injection_detected`` and ``injection_rule`` say what was found.
+    """
+    if call.session is None:
+        return None
+    b = backend_of(source)
+    d = b.dialect
+    sql = (
+        f"SELECT {', '.join(_SUMMARY_COLUMNS)} FROM {d.ranked_calls} "
+        f"WHERE session = {d.param('session', 'string')} AND untrusted "
+        f"AND start_time <= {d.param('before', 'timestamp')} "
+        f"AND span_id <> {d.param('span', 'string')} ORDER BY start_time, seq LIMIT 1"
+    )
+    found = rows_as(
+        CallSummary,
+        b.fetch(
+            sql, {"session": call.session, "before": d.value(call.start_time), "span": call.span_id}
+        ),
+    )
+    return found[0] if found else None
+
+
+class AmbiguousIdError(LookupError):
+    """An id prefix matches more than one id; the message lists some of them."""
+
+
+_ID_COLUMNS = {"trace_id": "trace", "session": "session", "call_id": "call id"}
+
+
+def resolve_id(source: Source, column: str, prefix: str) -> str | None:
+    """The one ``column`` value (``trace_id``, ``session`` or ``call_id``) that is ``prefix`` or
+    starts with it; None when none does.
+
+    An exact match wins; otherwise the prefix must be unambiguous, or :class:`AmbiguousIdError`
+    is raised naming a few of the candidates.
+    """
+    if column not in _ID_COLUMNS:
+        raise ValueError(f"ids are looked up in {', '.join(_ID_COLUMNS)}, not {column}")
+    b = backend_of(source)
+    d = b.dialect
+    wanted = prefix.lower() if column == "trace_id" else prefix
+    rows = b.fetch(
+        f"SELECT DISTINCT {column} AS id FROM {d.calls} "
+        f"WHERE substring({column}, 1, {d.param('n', 'int')}) = {d.param('prefix', 'string')} "
+        f"ORDER BY id LIMIT 6",
+        {"n": len(wanted), "prefix": wanted},
+    )
+    ids = [r["id"] for r in rows]
+    if wanted in ids or len(ids) <= 1:
+        return wanted if wanted in ids else (ids[0] if ids else None)
+    shown = ", ".join(ids[:5]) + (", ..." if len(ids) > 5 else "")
+    raise AmbiguousIdError(f"{_ID_COLUMNS[column]} {prefix!r} is ambiguous: {shown}")
+
+
+_SPAN_COLUMNS = ", ".join(
+    [
+        "span_id",
+        "parent_span_id",
+        "name",
+        "start_time",
+        "duration_ms",
+        "status_code",
+        "status_message",
+        *(c.name for c in COLUMNS),
+        "attributes",
+        "events",
+    ]
+)
+
+
+def _span_rows(backend: Backend, trace_id: str) -> list[dict[str, Any]]:
+    """The trace's spans as rows by column name (see :attr:`Dialect.spans`), in start order."""
+    d = backend.dialect
+    return backend.fetch(
+        f"SELECT {_SPAN_COLUMNS} FROM {d.spans} WHERE trace_id = {d.param('trace', 'string')} "
+        "ORDER BY start_time, span_id",
+        {"trace": trace_id},
+    )
+
+
+def _from_ns(ns: int | None) -> datetime | None:
+    return None if ns is None else datetime.fromtimestamp(ns / 1e9, UTC).replace(tzinfo=None)
+
+
+def _node(row: dict[str, Any], children: dict[str | None, list[dict[str, Any]]]) -> SpanNode:
+    events = tuple(
+        Event(
+            name=e["name"],
+            time=_from_ns(e["timeUnixNano"]),
+            attributes=_attributes(e["attributes"]),
+        )
+        for e in row["events"] or ()
+    )
+    return SpanNode(
+        span_id=row["span_id"],
+        parent_span_id=row["parent_span_id"],
+        name=row["name"],
+        start_time=row["start_time"],
+        duration_ms=row["duration_ms"],
+        status_code=row["status_code"],
+        status_message=row["status_message"],
+        stage=row["stage"],
+        stage_outcome=row["stage_outcome"],
+        code=row["code"],
+        attributes=_span_attributes(row),
+        events=events,
+        children=tuple(_node(child, children) for child in children.get(row["span_id"], ())),
+    )
 
 
 def trace(source: Source, trace_id: str) -> TraceView | None:
     """Rebuild the trace ``trace_id``; None when no span of it is stored."""
-    rows = _span_rows(source, trace_id.lower())
+    backend = backend_of(source)
+    trace_id = trace_id.lower()
+    rows = _span_rows(backend, trace_id)
     if not rows:
         return None
-    children: dict[str | None, list[tuple[Any, ...]]] = {}
-    ids = {row[0] for row in rows}
+    children: dict[str | None, list[dict[str, Any]]] = {}
+    ids = {row["span_id"] for row in rows}
     for row in rows:
-        parent = row[1] if row[1] in ids else None
+        parent = row["parent_span_id"] if row["parent_span_id"] in ids else None
         children.setdefault(parent, []).append(row)
-
-    def build(row: tuple[Any, ...]) -> SpanNode:
-        events = tuple(
-            Event(
-                name=e["name"],
-                time=datetime.fromtimestamp(e["timeUnixNano"] / 1e9, UTC).replace(tzinfo=None),
-                attributes=_attributes(e["attributes"]),
-            )
-            for e in row[11] or ()
-        )
-        return SpanNode(
-            span_id=row[0],
-            parent_span_id=row[1],
-            name=row[2],
-            start_time=row[3],
-            duration_ms=row[4],
-            status_code=row[5],
-            status_message=row[6],
-            stage=row[7],
-            stage_outcome=row[8],
-            code=row[9],
-            attributes=_span_attributes(row),
-            events=events,
-            children=tuple(build(child) for child in children.get(row[0], ())),
-        )
-
-    calls = _summaries(source, "trace_id", [trace_id.lower()])
+    calls = _summaries(backend, "trace_id", [trace_id])
     approval_ids = sorted({c.approval_id for c in calls if c.approval_id})
-    approvals = _summaries(source, "approval_id", approval_ids) if approval_ids else []
+    approvals = _summaries(backend, "approval_id", approval_ids) if approval_ids else []
+    tainted = (tainting_call(backend, c) for c in calls if c.code == _TAINTED)
     return TraceView(
-        trace_id=trace_id.lower(),
-        roots=tuple(build(row) for row in children.get(None, ())),
+        trace_id=trace_id,
+        roots=tuple(_node(row, children) for row in children.get(None, ())),
         calls=tuple(calls),
         approvals=tuple(approvals),
+        tainted_by=tuple(t for t in tainted if t is not None),
     )
+
+
+_TAINTED = "TAINTED_CONTEXT"
 
 
 def session_calls(source: Source, session: str) -> list[CallSummary]:

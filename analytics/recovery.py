@@ -393,9 +393,15 @@ class StuckSession:
 
 
 def stuck_sessions_query(filters: Filters, d: Dialect = DUCKDB, *, limit: int = 20) -> SqlParams:
-    """Sessions with loop guards or replays, most guard hits first."""
+    """Sessions with loop guards or replays, worst first: the most loop guards and replays
+    together (each one a call the model repeated), then the most loop guards, then the most calls."""
     codes = ", ".join(f"'{c}'" for c in LOOP_GUARD_CODES)
+    hit = f"(code IN ({codes}) OR replayed)"
     where, params = where_clause(filters, d)
+    # Only sessions with a hit are grouped (most sessions have none): found first, in one pass.
+    affected, _ = where_clause(filters, d, extra=[hit])
+    session_filter = f"session IN (SELECT session FROM {d.calls} {affected})"
+    where = f"{where} AND {session_filter}" if where else f"WHERE {session_filter}"
     params["limit"] = limit
     return (
         f"""
@@ -408,7 +414,7 @@ def stuck_sessions_query(filters: Filters, d: Dialect = DUCKDB, *, limit: int = 
         GROUP BY session
         HAVING sum(CASE WHEN code IN ({codes}) THEN 1 ELSE 0 END) > 0
             OR sum(CASE WHEN replayed THEN 1 ELSE 0 END) > 0
-        ORDER BY loop_guards DESC, replays DESC, session
+        ORDER BY loop_guards + replays DESC, loop_guards DESC, calls DESC, session
         LIMIT {d.param("limit", "int")}
         """,
         params,

@@ -7,17 +7,22 @@ that are not trace lines before anything is written.
 
 from __future__ import annotations
 
-import gzip
+import glob
 import hashlib
 import io
 import json
 import os
+import zlib
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 __all__ = [
     "ForeignFileError",
+    "GzipPrefixReader",
+    "Region",
     "complete_end",
     "copy_region",
     "count_lines",
@@ -25,8 +30,8 @@ __all__ = [
     "fingerprint",
     "is_gzip",
     "line_problem",
+    "literal_path",
     "open_span_file",
-    "read_gzip",
     "sniff",
 ]
 
@@ -52,7 +57,8 @@ def discover_files(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
             candidates = [p for p in path.iterdir() if p.is_file() and p.name.endswith(_SUFFIXES)]
         else:
             stem, ext = _split_name(path.name)
-            siblings = path.parent.glob(f"{stem}-*{ext}*") if path.parent.is_dir() else []
+            pattern = f"{glob.escape(stem)}-*{glob.escape(ext)}*"  # the name itself is literal
+            siblings = path.parent.glob(pattern) if path.parent.is_dir() else []
             rotated = [p for p in siblings if p.name.endswith((ext, ext + ".gz"))]
             candidates = [*rotated, path] if path.exists() else rotated
             if not path.exists() and not rotated:
@@ -75,13 +81,98 @@ def is_gzip(path: Path) -> bool:
         return f.read(2) == b"\x1f\x8b"
 
 
+class GzipPrefixReader(io.RawIOBase):
+    """A gzip file's decompressed bytes (every member, in order) up to where its data ends.
+
+    ``gzip.GzipFile`` raises ``EOFError`` on a truncated file and loses the whole buffer it was
+    filling, so a cut file read as nothing. This yields every byte before the cut and then ends;
+    :attr:`truncated` says whether it was cut (or corrupt) rather than complete.
+    """
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self._file = path.open("rb")
+        self._inflate = zlib.decompressobj(wbits=31)
+        self._fed = False
+        self._pending = b""
+        self._done = False
+        self.truncated = False
+        """The data ended inside a gzip member (a cut or still-growing file), or was corrupt."""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while not self._pending and not self._done:
+            self._pending = self._inflate_next()
+        n = min(len(buffer), len(self._pending))
+        buffer[:n] = self._pending[:n]
+        self._pending = self._pending[n:]
+        return n
+
+    def _inflate_next(self) -> bytes:
+        chunk = self._file.read(1 << 16)
+        if not chunk:
+            self._done = True
+            self.truncated = self._fed and not self._inflate.eof
+            return b""
+        out = []
+        while chunk:
+            if self._inflate.eof:  # the next member of a concatenated gzip
+                self._inflate, self._fed = zlib.decompressobj(wbits=31), False
+            try:
+                out.append(self._inflate.decompress(chunk))
+            except zlib.error:
+                self._done = self.truncated = True
+                break
+            self._fed = True
+            chunk = self._inflate.unused_data if self._inflate.eof else b""
+        return b"".join(out)
+
+    def close(self) -> None:
+        self._file.close()
+        super().close()
+
+
 @contextmanager
-def open_span_file(path: Path, compressed: bool) -> Iterator[io.BufferedIOBase]:
-    stream: io.BufferedIOBase = gzip.open(path, "rb") if compressed else path.open("rb")  # noqa: SIM115
+def open_span_file(path: Path, compressed: bool, start: int = 0) -> Iterator[io.BufferedIOBase]:
+    """The file's (decompressed) bytes from offset ``start``; a cut gzip ends where its data does."""
+    raw: io.RawIOBase = GzipPrefixReader(path) if compressed else path.open("rb", buffering=0)
+    stream = io.BufferedReader(raw, 1 << 20)
     try:
+        if compressed:
+            _skip(stream, start)
+        else:
+            stream.seek(start)
         yield stream
     finally:
         stream.close()
+
+
+def _skip(stream: io.BufferedIOBase, n: int) -> None:
+    while n > 0:
+        chunk = stream.read(min(n, 8 << 20))
+        if not chunk:
+            return
+        n -= len(chunk)
+
+
+def literal_path(path: Path, workdir: Path) -> Path:
+    """``path``, or a link to it in ``workdir`` when its name holds glob characters.
+
+    DuckDB reads every file name as a pattern: ``[x].jsonl`` would read ``x.jsonl``. The link's
+    name is plain, so DuckDB reads exactly the named file.
+    """
+    if not any(c in str(path) for c in _GLOB_CHARACTERS):
+        return path
+    link = workdir / "source.jsonl"
+    link.symlink_to(path.resolve())
+    if any(c in str(link) for c in _GLOB_CHARACTERS):
+        raise ValueError(f"the temporary directory's name holds glob characters: {workdir}")
+    return link
+
+
+_GLOB_CHARACTERS = "*?[]{}\\"
 
 
 def _lines(path: Path, compressed: bool, limit: int) -> list[bytes]:
@@ -139,22 +230,34 @@ def line_problem(line: bytes) -> str | None:
     return None
 
 
-def complete_end(path: Path, compressed: bool, offset: int) -> tuple[int, int]:
-    """(size, end): the uncompressed size, and the offset just past its last newline."""
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Region:
+    """What a file holds past an offset (uncompressed bytes)."""
+
+    size: int
+    """Where its data ends."""
+    end: int
+    """Just past its last newline: whole lines stop here."""
+    truncated: bool
+    """A gzip file whose data stops inside a member (cut, or still being written)."""
+
+
+def complete_end(path: Path, compressed: bool, offset: int) -> Region:
+    """How far the whole lines of ``path`` reach past ``offset``."""
     if compressed:
-        with gzip.open(path, "rb") as stream:
-            stream.seek(offset)
-            end = offset
-            size = offset
-            while chunk := read_gzip(stream, 1 << 20):
+        with open_span_file(path, compressed, offset) as stream:
+            end = size = offset
+            while chunk := stream.read(1 << 20):
                 size += len(chunk)
                 cut = chunk.rfind(b"\n")
                 if cut >= 0:
                     end = size - len(chunk) + cut + 1
-            return size, end
+            raw = getattr(stream, "raw", None)
+            truncated = isinstance(raw, GzipPrefixReader) and raw.truncated
+            return Region(size=max(size, offset), end=end, truncated=truncated)
     size = path.stat().st_size
     if size <= offset:
-        return size, offset
+        return Region(size=size, end=offset, truncated=False)
     with path.open("rb") as f:
         pos = size
         while pos > offset:
@@ -163,22 +266,13 @@ def complete_end(path: Path, compressed: bool, offset: int) -> tuple[int, int]:
             chunk = f.read(step)
             cut = chunk.rfind(b"\n")
             if cut >= 0:
-                return size, pos - step + cut + 1
+                return Region(size=size, end=pos - step + cut + 1, truncated=False)
             pos -= step
-    return size, offset
-
-
-def read_gzip(stream: gzip.GzipFile, n: int) -> bytes:
-    """Read from a gzip stream; a stream still being written ends where its data ends."""
-    try:
-        return stream.read(n)
-    except EOFError:
-        return b""
+    return Region(size=size, end=offset, truncated=False)
 
 
 def copy_region(path: Path, compressed: bool, start: int, end: int, target: Path) -> None:
-    with open_span_file(path, compressed) as stream, target.open("wb") as out:
-        stream.seek(start)
+    with open_span_file(path, compressed, start) as stream, target.open("wb") as out:
         remaining = end - start
         while remaining > 0:
             chunk = stream.read(min(remaining, 8 << 20))
@@ -190,8 +284,7 @@ def copy_region(path: Path, compressed: bool, start: int, end: int, target: Path
 
 def count_lines(path: Path, compressed: bool, start: int, end: int) -> int:
     lines = 0
-    with open_span_file(path, compressed) as stream:
-        stream.seek(start)
+    with open_span_file(path, compressed, start) as stream:
         remaining = end - start
         while remaining > 0:
             chunk = stream.read(min(remaining, 8 << 20))

@@ -1,16 +1,19 @@
 """Synthetic span files in the span contract's encoding, for tests, the benchmark and demos.
 
-Lines are OTLP JSON ``ExportTraceServiceRequest`` objects exactly as the OpenTelemetry Collector's
-file exporter writes them (hex ids, nanosecond times as strings, ``intValue`` as strings, enums as
-numbers, empty fields omitted). :class:`SpanFileWriter` turns :class:`Call` values into those lines;
-:func:`generate` draws a deterministic, realistic mix of sessions and calls from a seed.
+Lines are OTLP JSON ``ExportTraceServiceRequest`` objects exactly as the trail writes them: each
+:class:`Call` becomes ``telemetry.records.SpanRecord`` values and goes through the one encoder
+(``telemetry.encoder.encode_spans``), so fixtures cannot drift from the trail. Analytics never
+imports the guard, so the codes this synthetic world uses are listed once in :data:`CODES` with
+their stage and fixability; a test holds them equal to ``guard.codes`` (a fixture may also set a
+call's ``stage``/``fixable`` itself, for domain codes).
+:class:`SpanFileWriter` turns :class:`Call` values into lines; :func:`generate` draws a
+deterministic, realistic mix of sessions and calls from a seed.
 """
 
 from __future__ import annotations
 
 import gzip
 import hashlib
-import json
 import random
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -18,51 +21,76 @@ from pathlib import Path
 from typing import IO, Any
 
 from telemetry import attributes as A
+from telemetry.encoder import encode_spans
+from telemetry.records import (
+    STATUS_ERROR,
+    STATUS_UNSET,
+    AttributeValue,
+    EventRecord,
+    SpanRecord,
+    stage_record,
+)
 
-__all__ = ["STAGES", "Call", "SpanFileWriter", "encode_request", "generate", "write_span_file"]
+__all__ = [
+    "CODES",
+    "STAGES",
+    "Call",
+    "SpanFileWriter",
+    "code_fixable",
+    "code_stage",
+    "encode_request",
+    "generate",
+    "spans_of",
+    "write_span_file",
+]
 
 STAGES: tuple[str, ...] = A.STAGES
 """The pipeline's stages in order (the ``guard.<stage>`` child spans)."""
 
-_STAGE_OF_CODE: dict[str, str] = {
-    "STEP_LIMIT": "budget",
-    "RATE_LIMITED": "budget",
-    "VALIDATION_BUDGET_EXHAUSTED": "budget",
-    "UNKNOWN_TOOL": "resolve",
-    "TOOL_NOT_ALLOWED": "resolve",
-    "PERMISSION_DENIED": "resolve",
-    "INVALID_JSON": "parse",
-    "INVALID_ARGUMENTS": "schema",
-    "LOOP_DETECTED": "idempotency",
-    "IN_PROGRESS": "idempotency",
-    "IDEMPOTENCY_CONFLICT": "idempotency",
-    "NOT_FOUND": "rules",
-    "PREREQUISITE_MISSING": "rules",
-    "CURRENCY_MISMATCH": "rules",
-    "AMOUNT_EXCEEDS_REFUNDABLE": "rules",
-    "INVALID_STATE": "rules",
-    "POLICY_LIMIT": "policy",
-    "TAINTED_CONTEXT": "confirm",
-    "CONFIRMATION_REQUIRED": "confirm",
-    "CONFIRMATION_DENIED": "confirm",
-    "CONFIRMATION_EXPIRED": "confirm",
-    "UPSTREAM_UNAVAILABLE": "execute",
-    "TIMEOUT": "execute",
-    "UPSTREAM_REJECTED": "execute",
-    "INTERNAL_ERROR": "execute",
-}
-_FIXABLE = frozenset(
-    {
-        "UNKNOWN_TOOL",
-        "INVALID_JSON",
-        "INVALID_ARGUMENTS",
-        "NOT_FOUND",
-        "PREREQUISITE_MISSING",
-        "CURRENCY_MISMATCH",
-        "AMOUNT_EXCEEDS_REFUNDABLE",
-    }
-)
 _WRITES = frozenset({"refund_order"})
+SCOPE_VERSION = "0.1.0"
+
+
+CODES: dict[str, tuple[str, bool]] = {
+    "OK": ("execute", False),
+    "STEP_LIMIT": ("budget", False),
+    "RATE_LIMITED": ("budget", False),
+    "VALIDATION_BUDGET_EXHAUSTED": ("budget", False),
+    "UNKNOWN_TOOL": ("resolve", True),
+    "TOOL_NOT_ALLOWED": ("resolve", False),
+    "PERMISSION_DENIED": ("resolve", False),
+    "INVALID_JSON": ("parse", True),
+    "INVALID_ARGUMENTS": ("schema", True),
+    "LOOP_DETECTED": ("idempotency", False),
+    "IN_PROGRESS": ("idempotency", False),
+    "IDEMPOTENCY_CONFLICT": ("idempotency", False),
+    "NOT_FOUND": ("rules", True),
+    "PREREQUISITE_MISSING": ("rules", True),
+    "CURRENCY_MISMATCH": ("rules", True),
+    "AMOUNT_EXCEEDS_REFUNDABLE": ("rules", True),
+    "INVALID_STATE": ("rules", False),
+    "POLICY_LIMIT": ("policy", False),
+    "TAINTED_CONTEXT": ("confirm", False),
+    "CONFIRMATION_REQUIRED": ("confirm", False),
+    "CONFIRMATION_DENIED": ("confirm", False),
+    "CONFIRMATION_EXPIRED": ("confirm", False),
+    "UPSTREAM_UNAVAILABLE": ("execute", False),
+    "TIMEOUT": ("execute", False),
+    "UPSTREAM_REJECTED": ("execute", False),
+    "INTERNAL_ERROR": ("execute", False),
+}
+"""The codes of the synthetic world: code -> (stage, fixable), as ``guard.codes`` has them; the
+span carries both (``guard.code.stage``, ``guard.fixable``), so analytics reads them, never this."""
+
+
+def code_stage(code: str) -> str:
+    """The stage a code belongs to."""
+    return CODES[code][0]
+
+
+def code_fixable(code: str) -> bool:
+    """Whether the model can fix a call rejected with ``code``."""
+    return CODES[code][1]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -98,6 +126,10 @@ class Call:
     """Errors of the failed handler attempts before the last one (retry events)."""
     extra: dict[str, Any] = field(default_factory=dict)
     """More call-span attributes, name -> Python value."""
+    stage: str = ""
+    """The stage of ``code``; empty: ``guard.codes`` says (set it for codes the guard has not)."""
+    fixable: bool | None = None
+    """Whether ``code`` is fixable; None: ``guard.codes`` says."""
 
     @property
     def ok(self) -> bool:
@@ -107,24 +139,26 @@ class Call:
     @property
     def stages(self) -> tuple[str, ...]:
         """The stages that ran: up to the rejecting one, or all of them."""
-        last = "execute" if self.ok else _STAGE_OF_CODE.get(self.code, "execute")
-        return STAGES[: STAGES.index(last) + 1]
+        return STAGES[: STAGES.index(self.code_stage) + 1]
+
+    @property
+    def code_stage(self) -> str:
+        """The stage ``code`` belongs to."""
+        return self.stage or code_stage(self.code)
+
+    @property
+    def code_fixable(self) -> bool:
+        """Whether ``code`` is one the model can fix."""
+        return self.fixable if self.fixable is not None else code_fixable(self.code)
 
 
-def _value(value: Any) -> dict[str, Any]:
-    if isinstance(value, bool):
-        return {"boolValue": value}
-    if isinstance(value, int):
-        return {"intValue": str(value)}
-    if isinstance(value, float):
-        return {"doubleValue": value}
-    if isinstance(value, list | tuple):
-        return {"arrayValue": {"values": [_value(v) for v in value]}}
-    return {"stringValue": str(value)}
-
-
-def _attrs(pairs: dict[str, Any]) -> list[dict[str, Any]]:
-    return [{"key": k, "value": _value(v)} for k, v in pairs.items() if v is not None and v != ""]
+def _attrs(pairs: dict[str, Any]) -> list[tuple[str, AttributeValue]]:
+    out: list[tuple[str, AttributeValue]] = []
+    for key, value in pairs.items():
+        if value is None or value == "":
+            continue
+        out.append((key, list(value) if isinstance(value, list | tuple) else value))
+    return out
 
 
 def _stage_span_id(call: Call, index: int) -> str:
@@ -140,8 +174,9 @@ def _call_attributes(call: Call) -> dict[str, Any]:
         A.GEN_AI_TOOL_TYPE: "function",
         A.GEN_AI_CONVERSATION_ID: call.session,
         A.CODE: call.code,
+        A.CODE_STAGE: call.code_stage,
         A.OK: call.ok,
-        A.FIXABLE: call.code in _FIXABLE,
+        A.FIXABLE: call.code_fixable,
         A.REJECTED_STAGE: None if call.ok else call.stages[-1],
         A.ERROR_TYPE: None if call.ok else call.code,
         A.REPLAYED: call.replayed,
@@ -167,69 +202,62 @@ def _call_attributes(call: Call) -> dict[str, Any]:
     return attrs
 
 
-def _spans(call: Call) -> Iterator[dict[str, Any]]:
+def spans_of(call: Call) -> list[SpanRecord]:
+    """The call's stage spans, then its call span, as records for the one encoder."""
     durations = list(call.stage_ns) or [1_000_000] * len(call.stages)
     t = call.start_ns
-    children = []
+    records: list[SpanRecord] = []
+    fixable = call.code_fixable
     for i, (stage, ns) in enumerate(zip(call.stages, durations, strict=True)):
         last = i == len(call.stages) - 1
-        outcome = ("final" if call.ok else "reject") if last else "pass"
-        span: dict[str, Any] = {
-            "traceId": call.trace_id,
-            "spanId": _stage_span_id(call, i),
-            "parentSpanId": call.span_id,
-            "name": f"{A.STAGE_SPAN_PREFIX}{stage}",
-            "kind": 1,
-            "startTimeUnixNano": str(t),
-            "endTimeUnixNano": str(t + ns),
-            "attributes": _attrs(
-                {
-                    A.STAGE_NAME: stage,
-                    A.STAGE_OUTCOME: outcome,
-                    A.STAGE_CODE: call.code if last else None,
-                }
-            ),
-            "status": {"code": 2, "message": call.code} if last and not call.ok else {},
-        }
+        record = stage_record(
+            trace_id=call.trace_id,
+            span_id=_stage_span_id(call, i),
+            parent_span_id=call.span_id,
+            stage=stage,
+            outcome=("final" if call.ok else "reject") if last else "pass",
+            code=call.code if last else None,
+            fixable=fixable if last else None,
+            start_ns=t,
+            end_ns=t + ns,
+        )
         if stage == "execute" and call.retries:
-            span["events"] = [
-                {
-                    "timeUnixNano": str(t + (n + 1) * ns // (len(call.retries) + 1)),
-                    "name": A.RETRY_EVENT,
-                    "attributes": _attrs(
+            record.events = [
+                EventRecord(
+                    name=A.RETRY_EVENT,
+                    time_ns=t + (n + 1) * ns // (len(call.retries) + 1),
+                    attributes=_attrs(
                         {A.RETRY_ATTEMPT: n + 1, A.RETRY_ERROR: err, A.RETRY_DELAY: 0.1 * 2**n}
                     ),
-                }
+                )
                 for n, err in enumerate(call.retries)
             ]
-        children.append(span)
+        records.append(record)
         t += ns
-    yield from children
-    yield {
-        "traceId": call.trace_id,
-        "spanId": call.span_id,
-        "name": f"{A.CALL_SPAN_PREFIX}{call.tool}",
-        "kind": 1,
-        "startTimeUnixNano": str(call.start_ns),
-        "endTimeUnixNano": str(t + 50_000),
-        "attributes": _attrs(_call_attributes(call)),
-        "status": {} if call.ok else {"code": 2, "message": call.code},
-    }
+    records.append(
+        SpanRecord(
+            trace_id=call.trace_id,
+            span_id=call.span_id,
+            parent_span_id="",
+            name=f"{A.CALL_SPAN_PREFIX}{call.tool}",
+            start_ns=call.start_ns,
+            end_ns=t + 50_000,
+            attributes=_attrs(_call_attributes(call)),
+            status_code=STATUS_UNSET if call.ok else STATUS_ERROR,
+            status_message="" if call.ok else call.code,
+        )
+    )
+    return records
 
 
-def encode_request(spans: Sequence[dict[str, Any]], service: str) -> str:
+def encode_request(spans: Sequence[SpanRecord | str], service: str) -> str:
     """One ``ExportTraceServiceRequest`` as a JSON line (without the newline)."""
-    request = {
-        "resourceSpans": [
-            {
-                "resource": {"attributes": _attrs({"service.name": service})},
-                "scopeSpans": [
-                    {"scope": {"name": "callgate", "version": "0.1.0"}, "spans": list(spans)}
-                ],
-            }
-        ]
-    }
-    return json.dumps(request, separators=(",", ":"))
+    return encode_spans(
+        spans,
+        resource={"service.name": service},
+        scope_name=A.INSTRUMENTATION_SCOPE,
+        scope_version=SCOPE_VERSION,
+    )
 
 
 class SpanFileWriter:
@@ -238,12 +266,12 @@ class SpanFileWriter:
     def __init__(self, stream: IO[str], *, batch: int = 512) -> None:
         self._stream = stream
         self._batch = batch
-        self._pending: dict[str, list[dict[str, Any]]] = {}
+        self._pending: dict[str, list[SpanRecord]] = {}
 
     def write(self, call: Call) -> None:
         """Queue the call's spans; a full batch is written out as one line."""
         pending = self._pending.setdefault(call.service, [])
-        pending.extend(_spans(call))
+        pending.extend(spans_of(call))
         if len(pending) >= self._batch:
             self._flush(call.service)
 
@@ -380,7 +408,7 @@ def _call(
     service: str,
 ) -> Call:
     trace = f"{tag}{session_no:012x}{step:04x}{rng.getrandbits(64):016x}"[:32]
-    n_stages = len(STAGES) if code == "OK" else STAGES.index(_STAGE_OF_CODE[code]) + 1
+    n_stages = len(STAGES) if code == "OK" else STAGES.index(code_stage(code)) + 1
     stage_ns = [rng.randint(20_000, 400_000) for _ in range(n_stages)]
     retries: tuple[str, ...] = ()
     if code in ("OK", "TIMEOUT", "UPSTREAM_UNAVAILABLE") and rng.random() < 0.1:

@@ -6,7 +6,8 @@ proposals that stop at confirmation, a quarter schema rejections):
 - naive: ``json.loads``, a dict lookup and the ``get_order`` handler, no guard;
 - guard, null observer; and with an observer that does nothing but is not the null one (what the
   pipeline itself spends on reporting stage events to a live observer);
-- guard + local trail: ``telemetry.configure()`` defaults (OTLP JSON lines, one span per stage);
+- guard + local trail: ``telemetry.configure(trail_dir=...)`` (OTLP JSON lines, one span per stage,
+  masked, hash-chained; the masking log filter installed);
 - guard + OTLP: ``configure(otlp=True)``: the same spans replayed through the SDK's TracerProvider,
   ``BatchSpanProcessor`` and the OTLP/gRPC exporter, to a sidecar in another process;
 - guard + inline SDK: the textbook way, for scale: each span made with ``start_span``/``end`` on the

@@ -12,6 +12,7 @@ from callgate.evaluation.cli import eval_command
 from callgate.replay_cli import replay
 from dashboards.cli import dashboard
 from telemetry.cli import sidecar
+from telemetry.verify import verify_command
 
 __all__ = ["main"]
 
@@ -31,12 +32,19 @@ for command in (
     dashboard,
     eval_command,
     replay,
+    verify_command,
 ):
     main.add_command(command)
 
 
 @main.command()
-@click.option("--sessions", default=2_000, show_default=True, help="Agent sessions to simulate.")
+@click.option(
+    "--sessions",
+    default=2_000,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Agent sessions to simulate.",
+)
 @click.option(
     "--seed", default=7, show_default=True, help="Seed: the same seed gives the same traffic."
 )
@@ -59,7 +67,13 @@ for command in (
     help="Export over OTLP to this collector instead (nothing is loaded locally).",
 )
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address the dashboard binds.")
-@click.option("--port", default=8501, show_default=True, help="Dashboard port (0: a free one).")
+@click.option(
+    "--port",
+    default=8501,
+    show_default=True,
+    type=click.IntRange(0, 65535),
+    help="Dashboard port (0: a free one).",
+)
 def demo(
     sessions: int,
     seed: int,
@@ -84,10 +98,15 @@ def demo(
         otlp=otlp,
         otlp_endpoint=otlp_endpoint,
     )
-    show(
-        options,
-        Console(),
-        dashboard=not no_dashboard and otlp_endpoint is None,
-        host=host,
-        port=port,
-    )
+    from dashboards.server import PortInUseError
+
+    try:
+        show(
+            options,
+            Console(),
+            dashboard=not no_dashboard and otlp_endpoint is None,
+            host=host,
+            port=port,
+        )
+    except PortInUseError as exc:
+        raise click.ClickException(str(exc)) from exc

@@ -7,8 +7,11 @@ exported over OTLP to a sidecar that writes the span files, loaded live while th
 
 from __future__ import annotations
 
+import shlex
+import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -27,12 +30,22 @@ from rich.progress import (
 )
 
 import telemetry
-from analytics.load import connect, discover_files, load
+from analytics.database import open_database
+from analytics.load import discover_files, load
 from callgate.fleet import Fleet, Tally
+from telemetry import logfilter
 from telemetry.sidecar import OTLPReceiver
 from telemetry.trail import SpanFileWriter
 
-__all__ = ["DEMO_MASKING_KEY", "DemoOptions", "DemoRun", "default_out", "run_demo", "show"]
+__all__ = [
+    "DEMO_MASKING_KEY",
+    "DemoOptions",
+    "DemoRun",
+    "callgate_command",
+    "default_out",
+    "run_demo",
+    "show",
+]
 
 DEMO_MASKING_KEY = "callgate-demo-key-not-for-production"
 """A fixed key so the demo's pseudonyms are stable across runs; deployments set their own."""
@@ -99,7 +112,8 @@ def run_demo(
     )
     follower: _Follower | None = None
     if options.otlp:
-        connect(database).close()
+        with open_database(database, read_only=False):
+            pass  # created now, so the dashboard finds a database from the start
         follower = _Follower(database, spans_dir).start()
         if while_loading is not None:
             while_loading(database)
@@ -107,6 +121,9 @@ def run_demo(
         tally = _traffic(options, handle.observer, console)
     finally:
         handle.shutdown()
+        # configure() put a masking filter on callgate's loggers and shutdown() leaves it there:
+        # take it off, so a demo run inside another program (a test) leaves its logging as it was.
+        logfilter.uninstall()
         if receiver is not None:
             receiver.stop()
         if follower is not None:
@@ -137,8 +154,7 @@ def _load(database: Path, spans_dir: Path, console: Console) -> tuple[int, int]:
     """Load the span files a file at a time, so the bar moves by bytes; (spans, bad lines)."""
     files = discover_files([spans_dir])
     spans = errors = 0
-    con = connect(database)
-    try:
+    with open_database(database, read_only=False) as con:
         columns = (
             TextColumn("{task.description}"),
             BarColumn(),
@@ -152,8 +168,6 @@ def _load(database: Path, spans_dir: Path, console: Console) -> tuple[int, int]:
                 report = load(con, [path])
                 spans, errors = spans + report.spans, errors + report.errors
                 progress.advance(task, path.stat().st_size)
-    finally:
-        con.close()
     return spans, errors
 
 
@@ -191,11 +205,8 @@ class _Follower:
 
     def _run(self) -> None:
         while not self._stop.wait(1.0):
-            con = connect(self.database)
-            try:
+            with open_database(self.database, read_only=False) as con:
                 report = load(con, [self.spans_dir])
-            finally:
-                con.close()
             self.spans += report.spans
             self.errors += report.errors
 
@@ -206,9 +217,11 @@ INCIDENT_CODES = ("TAINTED_CONTEXT", "TIMEOUT", "IDEMPOTENCY_CONFLICT", "LOOP_DE
 
 def show(options: DemoOptions, console: Console, *, dashboard: bool, host: str, port: int) -> None:
     """The whole demo for a person at a terminal: progress, summary, report, incident, dashboard."""
-    from dashboards.server import free_port, start_server, wait_until_ready
+    from dashboards.server import check_port, free_port, start_server, stop, wait_until_ready
 
     port = port or free_port(host)
+    if dashboard:
+        check_port(host, port)  # PortInUseError now, not after the traffic has run
     url = f"http://{host}:{port}"
     server: subprocess.Popen[bytes] | None = None
     previous = signal.signal(signal.SIGTERM, _exit)  # a terminated demo still stops its dashboard
@@ -239,9 +252,27 @@ def show(options: DemoOptions, console: Console, *, dashboard: bool, host: str, 
         console.print("stopping")
     finally:
         signal.signal(signal.SIGTERM, previous)
-        if server is not None and server.poll() is None:
-            server.terminate()
-            server.wait(10)
+        if server is not None:
+            stop(server)
+
+
+def callgate_command() -> list[str]:
+    """How to run ``callgate`` from the working directory, as the user typed it or can type it.
+
+    ``callgate`` when the one on ``PATH`` is this one; else the script next to this interpreter
+    (``.venv/bin/callgate``, relative when it is under the working directory); else
+    ``python -m callgate``. The demo prints a next command that must work as shown.
+    """
+    script = Path(sys.executable).parent / "callgate"
+    found = shutil.which("callgate")
+    if found is not None and script.exists() and Path(found).resolve() == script.resolve():
+        return ["callgate"]
+    if script.exists():
+        try:
+            return [str(script.absolute().relative_to(Path.cwd()))]
+        except ValueError:
+            return [str(script.absolute())]
+    return [sys.executable, "-m", "callgate"]
 
 
 def _exit(signum: int, frame: object) -> None:
@@ -268,8 +299,7 @@ def _report(database: Path, console: Console) -> None:
     from analytics.cli import collect_report, print_report
     from analytics.reconstruct import calls_with_code
 
-    con = connect(database, read_only=True)
-    try:
+    with open_database(database) as con:
         data = collect_report(con, metrics.ALL, k=3, min_calls=20, bucket=None)
         print_report(data, console)
         for code in INCIDENT_CODES:
@@ -278,8 +308,11 @@ def _report(database: Path, console: Console) -> None:
                 call = found[0]
                 console.print(
                     f"\nan incident to open: a {call.tool} call that ended [bold]{code}[/bold] "
-                    f"(session {call.session})\n  callgate trace {call.trace_id} --db {database}"
+                    f"(session {call.session}):"
+                )
+                # One unwrapped line, with the command as this shell can run it.
+                command = [*callgate_command(), "trace", call.trace_id, "--db", str(database)]
+                console.print(
+                    "  " + shlex.join(command), soft_wrap=True, markup=False, highlight=False
                 )
                 break
-    finally:
-        con.close()

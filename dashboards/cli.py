@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 from pathlib import Path
 
 import click
 
-from .server import start_server
-from .settings import DEFAULT_REFRESH_SECONDS, Settings
+from analytics import database
 
-__all__ = ["DEFAULT_DB", "dashboard"]
+from .server import PortInUseError, check_port, free_port, start_server, stop
+from .settings import DEFAULT_CONFIRMATION_TTL_SECONDS, DEFAULT_REFRESH_SECONDS, Settings
 
-DEFAULT_DB = "callgate.duckdb"
-"""The file `callgate load` writes when not told otherwise."""
+__all__ = ["DEFAULT_DB", "dashboard", "serve_until_stopped"]
+
+DEFAULT_DB = database.DEFAULT_DB
+"""The file `callgate load` writes when not told otherwise (defined once, in analytics)."""
 
 
 @click.command("dashboard")
@@ -26,7 +30,13 @@ DEFAULT_DB = "callgate.duckdb"
 )
 @click.option("--clickhouse", metavar="URL", default=None, help="ClickHouse URL instead of --db.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
-@click.option("--port", default=8501, show_default=True, type=click.IntRange(1, 65535))
+@click.option(
+    "--port",
+    default=8501,
+    show_default=True,
+    type=click.IntRange(0, 65535),
+    help="Port to bind; 0 picks a free one.",
+)
 @click.option(
     "--refresh",
     default=DEFAULT_REFRESH_SECONDS,
@@ -34,7 +44,22 @@ DEFAULT_DB = "callgate.duckdb"
     type=click.IntRange(0),
     help="Auto-refresh interval in seconds the page starts with; 0 starts with it off.",
 )
-def dashboard(db: Path | None, clickhouse: str | None, host: str, port: int, refresh: int) -> None:
+@click.option(
+    "--confirmation-ttl",
+    default=DEFAULT_CONFIRMATION_TTL_SECONDS,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds a pending approval stays open (the guard's Policy.confirmation_ttl): "
+    "older undecided approvals count as expired, not pending.",
+)
+def dashboard(
+    db: Path | None,
+    clickhouse: str | None,
+    host: str,
+    port: int,
+    refresh: int,
+    confirmation_ttl: float,
+) -> None:
     """Serve the dashboard SREs watch: calls, rejections, recovery, confirmations, latency, traces."""
     if db is not None and clickhouse is not None:
         raise click.UsageError("give one of --db FILE or --clickhouse URL, not both")
@@ -42,15 +67,50 @@ def dashboard(db: Path | None, clickhouse: str | None, host: str, port: int, ref
         db = Path(os.environ.get("CALLGATE_DB") or DEFAULT_DB)
     if db is not None and not db.exists():
         click.echo(f"note: {db} does not exist yet; the dashboard waits for `callgate load`.")
-    settings = Settings(db=str(db) if db else None, clickhouse=clickhouse, refresh_seconds=refresh)
+    try:
+        port = port or free_port(host)
+        check_port(host, port)
+    except PortInUseError as exc:
+        raise click.ClickException(str(exc)) from exc
+    settings = Settings(
+        db=str(db) if db else None,
+        clickhouse=clickhouse,
+        refresh_seconds=refresh,
+        confirmation_ttl_seconds=confirmation_ttl,
+    )
     click.echo(f"callgate dashboard on http://{host}:{port}  ({settings.describe()})")
     process = start_server(
-        db=db, clickhouse=clickhouse, host=host, port=port, refresh_seconds=refresh
+        db=db,
+        clickhouse=clickhouse,
+        host=host,
+        port=port,
+        refresh_seconds=refresh,
+        confirmation_ttl_seconds=confirmation_ttl,
     )
-    try:
-        code = process.wait()
-    except KeyboardInterrupt:
-        process.terminate()
-        code = process.wait(timeout=10)
-    if code not in (0, -15):
+    code = serve_until_stopped(process)
+    if code not in (0, -signal.SIGTERM, -signal.SIGINT):
         raise click.exceptions.Exit(code)
+
+
+def serve_until_stopped(process: subprocess.Popen[bytes]) -> int:
+    """Wait for the server; on Ctrl-C, SIGTERM or SIGHUP stop it first, so no child is left.
+
+    Without this a ``kill <pid>`` of ``callgate dashboard`` ended the command and left its
+    Streamlit child serving the port.
+    """
+    stopping: list[int] = []
+
+    def on_signal(signum: int, frame: object) -> None:
+        stopping.append(signum)
+        raise KeyboardInterrupt
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        return process.wait()
+    except KeyboardInterrupt:
+        return stop(process)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if process.poll() is None:
+            stop(process)

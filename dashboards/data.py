@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TypeVar
 
-from analytics import metrics, reconstruct
+from analytics import call_latency, gates, metrics, reconstruct
+from analytics.call_latency import CallLatency
+from analytics.gates import CodeKind, GateRates, PendingApprovals
 from analytics.metrics import (
     CallCount,
     ConfirmationFunnel,
@@ -32,11 +34,13 @@ from .source import Source
 
 __all__ = [
     "FUNNEL_STEPS",
+    "TAINTED_CONTEXT",
     "ConfirmationsData",
     "FunnelPoint",
     "Headline",
     "LatencyData",
     "LoopsData",
+    "OverviewData",
     "RecoveryData",
     "RejectionsData",
     "TraceLookup",
@@ -48,8 +52,10 @@ __all__ = [
     "latency",
     "lookup",
     "loops",
+    "overview",
     "recovery",
     "rejections",
+    "taint_source",
     "trend",
 ]
 
@@ -67,24 +73,32 @@ def filter_options(source: Source) -> FilterOptions:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Headline:
-    """The Overview's numbers over the filtered calls."""
+    """The Overview's numbers over the filtered calls (or one bucket of them)."""
 
     calls: int
-    rejected: int
-    """Calls that did not end OK (the rejection rate's numerator)."""
+    gates: GateRates
+    """The calls that did not run, by kind: model errors, policy refusals, human gates, upstream
+    failures (:mod:`analytics.gates`); they add up to the rejection rate's numerator."""
     fixable_rejected: int
     """Calls rejected with a code the model can fix (the recovery rate's denominator)."""
     recovered: int
     replays: int
     loop_guards: int
     """Calls stopped by LOOP_DETECTED, STEP_LIMIT or VALIDATION_BUDGET_EXHAUSTED."""
-    pending: int
-    """Confirmations asked for and not decided yet."""
+
+    @property
+    def rejected(self) -> int:
+        """Calls that did not end OK, gates included (the rejection rate's numerator)."""
+        return self.gates.rejected
 
     @property
     def rejection_rate(self) -> float | None:
-        """rejected / calls."""
+        """rejected / calls: the combined figure of docs/metrics.md."""
         return self.rejected / self.calls if self.calls else None
+
+    def rate(self, kind: str) -> float | None:
+        """Calls of one of :data:`analytics.gates.GATE_KINDS` / calls."""
+        return self.gates.rate(kind)
 
     @property
     def recovery_rate(self) -> float | None:
@@ -100,6 +114,33 @@ class TrendPoint:
     headline: Headline
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class OverviewData:
+    """The Overview page: the numbers, their trend, the split per tool, open approvals."""
+
+    headline: Headline
+    trend: list[TrendPoint]
+    tools: list[GateRates]
+    """Per tool: model errors, policy refusals, human gates, upstream failures."""
+    pending: PendingApprovals
+    """Approvals still waiting for a human (``open``) and those that lapsed unanswered."""
+
+
+def overview(
+    source: Source, filters: Filters, bucket: timedelta, *, confirmation_ttl: timedelta
+) -> OverviewData | None:
+    """The Overview's numbers; None when no call matches the filters."""
+    points = _headlines(source, filters, None)
+    if not points:
+        return None
+    return OverviewData(
+        headline=points[0].headline,
+        trend=_headlines(source, filters, bucket),
+        tools=gates.gate_rates(source, filters, by="tool"),
+        pending=gates.pending_approvals(source, filters, ttl=confirmation_ttl),
+    )
+
+
 def headline(source: Source, filters: Filters) -> Headline | None:
     """The Overview's numbers; None when no call matches the filters."""
     points = _headlines(source, filters, None)
@@ -112,28 +153,25 @@ def trend(source: Source, filters: Filters, bucket: timedelta) -> list[TrendPoin
 
 
 def _headlines(source: Source, filters: Filters, bucket: timedelta | None) -> list[TrendPoint]:
-    totals = metrics.overview(source, filters, bucket=bucket)
+    split = gates.gate_rates(source, filters, bucket=bucket)
     recovery_rows = metrics.recovery_rate(source, filters, bucket=bucket)
     fixable = _sum_by(recovery_rows, lambda r: r.rejected)
     recovered = _sum_by(recovery_rows, lambda r: r.recovered)
     replays = _sum_by(metrics.replays(source, filters, bucket=bucket), lambda r: r.replayed)
     guards = _sum_by(metrics.loop_guards(source, filters, bucket=bucket), lambda r: r.calls)
-    funnel = metrics.confirmation_funnel(source, filters, bucket=bucket)
-    pending = _sum_by(funnel, lambda r: r.pending)
     return [
         TrendPoint(
-            bucket=t.bucket or datetime.min,
+            bucket=g.bucket or datetime.min,
             headline=Headline(
-                calls=t.calls,
-                rejected=t.rejected,
-                fixable_rejected=fixable.get(t.bucket, 0),
-                recovered=recovered.get(t.bucket, 0),
-                replays=replays.get(t.bucket, 0),
-                loop_guards=guards.get(t.bucket, 0),
-                pending=pending.get(t.bucket, 0),
+                calls=g.calls,
+                gates=g,
+                fixable_rejected=fixable.get(g.bucket, 0),
+                recovered=recovered.get(g.bucket, 0),
+                replays=replays.get(g.bucket, 0),
+                loop_guards=guards.get(g.bucket, 0),
             ),
         )
-        for t in totals
+        for g in split
     ]
 
 
@@ -161,6 +199,12 @@ class RejectionsData:
     """Top failing fields behind INVALID_ARGUMENTS."""
     counts: list[CallCount]
     """Calls per bucket, tool and code (the heatmap's trend)."""
+    kinds: list[CodeKind]
+    """Every code with its stage and kind, in pipeline order (the heatmap's columns)."""
+
+    def kind_of(self, code: str | None) -> str:
+        """The kind (:data:`analytics.gates.GATE_KINDS`) of ``code``; policy refusal if unknown."""
+        return next((k.kind for k in self.kinds if k.code == code), "policy_refusal")
 
 
 def rejections(
@@ -172,6 +216,7 @@ def rejections(
         tools=metrics.rejection_rate(source, filters, by="tool", min_calls=min_calls),
         fields=metrics.invalid_fields(source, filters, limit=10),
         counts=metrics.call_counts(source, filters, bucket=bucket),
+        kinds=gates.code_kinds(source, filters),
     )
 
 
@@ -241,15 +286,25 @@ class ConfirmationsData:
 
     tools: list[ConfirmationFunnel]
     total: FunnelPoint
+    """The funnel summed over tools; its ``pending`` counts only approvals still open and its
+    ``expired`` includes those that lapsed unanswered (:func:`analytics.gates.pending_approvals`)."""
     trend: list[FunnelPoint]
+    pending: PendingApprovals
 
 
-def confirmations(source: Source, filters: Filters, *, bucket: timedelta) -> ConfirmationsData:
-    """The confirmation funnel per tool, in total, and per bucket."""
+def confirmations(
+    source: Source, filters: Filters, *, bucket: timedelta, confirmation_ttl: timedelta
+) -> ConfirmationsData:
+    """The confirmation funnel per tool, in total, and per bucket; open vs lapsed approvals."""
     tools = metrics.confirmation_funnel(source, filters)
+    pending = gates.pending_approvals(source, filters, ttl=confirmation_ttl)
+    total = _funnel_sum(None, tools)
+    total.counts["expired"] += pending.lapsed
+    total.counts["pending"] = pending.open
     return ConfirmationsData(
         tools=tools,
-        total=_funnel_sum(None, tools),
+        pending=pending,
+        total=total,
         trend=[
             _funnel_sum(b, rows)
             for b, rows in _group(metrics.confirmation_funnel(source, filters, bucket=bucket))
@@ -305,13 +360,18 @@ def loops(source: Source, filters: Filters, *, bucket: timedelta, limit: int) ->
 class LatencyData:
     """The Latency page."""
 
+    tools: list[CallLatency]
+    """Call latency per tool over the window (busiest tool first)."""
+    tool_trend: list[CallLatency]
     stages: list[StageLatency]
     trend: list[StageLatency]
 
 
 def latency(source: Source, filters: Filters, *, bucket: timedelta) -> LatencyData:
-    """Stage latency percentiles over the window and per bucket."""
+    """Call latency per tool and stage latency, over the window and per bucket."""
     return LatencyData(
+        tools=call_latency.call_latency(source, filters),
+        tool_trend=call_latency.call_latency(source, filters, bucket=bucket),
         stages=metrics.stage_latency(source, filters),
         trend=metrics.stage_latency(source, filters, bucket=bucket),
     )
@@ -347,3 +407,16 @@ def lookup(source: Source, query: str) -> TraceLookup:
     if by_call_id:
         return TraceLookup(calls=tuple(by_call_id), matched="call id")
     return TraceLookup()
+
+
+TAINTED_CONTEXT = "TAINTED_CONTEXT"
+"""The code of a write held because its session read untrusted text."""
+
+
+def taint_source(source: Source, view: reconstruct.TraceView) -> reconstruct.CallSummary | None:
+    """For a trace whose call (or the call it resumes) was held as TAINTED_CONTEXT: the call
+    that tainted the session (analytics' ``TraceView.tainted_by`` / ``tainting_call``)."""
+    if view.tainted_by:
+        return view.tainted_by[0]
+    held = next((c for c in view.approvals if c.code == TAINTED_CONTEXT), None)
+    return reconstruct.tainting_call(source, held) if held is not None else None

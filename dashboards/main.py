@@ -15,7 +15,7 @@ import streamlit as st
 
 from analytics.metrics import FilterOptions
 
-from . import data, sidebar
+from . import data, safe, sidebar
 from .filters import Selection, resolve
 from .settings import Settings
 from .source import Source, Unavailable, open_source, source_errors
@@ -35,7 +35,7 @@ def run() -> None:
         options = _options(source, settings)
     selection = sidebar.filters(options if isinstance(options, FilterOptions) else _NO_OPTIONS)
     every = sidebar.refresh_interval(settings)
-    st.sidebar.caption(f"Source: {settings.describe()}")
+    st.sidebar.caption(f"Source: {safe.text(settings.describe())}")
 
     def body() -> None:
         _render(settings, page, selection)
@@ -53,7 +53,7 @@ def _render(settings: Settings, page: Page, selection: Selection) -> None:
         if options.last is None:
             st.header(page.title)
             st.info(
-                f"**No calls yet in {settings.describe()}.**\n\nLoad span files with "
+                f"**No calls yet in {safe.text(settings.describe())}.**\n\nLoad span files with "
                 "`callgate load PATH... --db FILE`; this page refreshes on its own."
             )
             return
@@ -66,11 +66,12 @@ def _render(settings: Settings, page: Page, selection: Selection) -> None:
             page.render(context)
         except source_errors() as exc:  # e.g. a file written by an older callgate schema
             st.error(
-                f"**A query failed on {settings.describe()}.**\n\n{str(exc).splitlines()[0]}\n\n"
+                f"**A query failed on {safe.text(settings.describe())}.**\n\n"
+                f"{safe.text(_first_line(exc))}\n\n"
                 "If the file was made by an older callgate, load the span files into a new one."
             )
             return
-    st.caption(f"Read at {datetime.now(UTC):%H:%M:%S} UTC from {settings.describe()}.")
+    st.caption(f"Read at {datetime.now(UTC):%H:%M:%S} UTC from {safe.text(settings.describe())}.")
 
 
 def _options(source: Source | Unavailable, settings: Settings) -> FilterOptions | Unavailable:
@@ -81,10 +82,17 @@ def _options(source: Source | Unavailable, settings: Settings) -> FilterOptions 
     except source_errors() as exc:
         if settings.clickhouse:
             return Unavailable(
-                title=f"Cannot query {settings.describe()}",
-                detail=f"{str(exc).splitlines()[0]}. Is the collector's `otel_traces` table there?",
+                title=f"Cannot query {safe.text(settings.describe())}",
+                detail=f"{safe.text(_first_line(exc))}. "
+                "Is the collector's `otel_traces` table there?",
             )
         return Unavailable(
             title="Not a callgate database",
-            detail=f"{str(exc).splitlines()[0]}. Create it with `callgate load PATH... --db FILE`.",
+            detail=f"{safe.text(_first_line(exc))}. "
+            "Create it with `callgate load PATH... --db FILE`.",
         )
+
+
+def _first_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else type(error).__name__

@@ -20,9 +20,18 @@ import urllib.request
 from pathlib import Path
 from typing import IO
 
-from .settings import DEFAULT_REFRESH_SECONDS, Settings
+from .settings import DEFAULT_CONFIRMATION_TTL_SECONDS, DEFAULT_REFRESH_SECONDS, Settings
 
-__all__ = ["APP", "free_port", "start_server", "streamlit_command", "wait_until_ready"]
+__all__ = [
+    "APP",
+    "PortInUseError",
+    "check_port",
+    "free_port",
+    "start_server",
+    "stop",
+    "streamlit_command",
+    "wait_until_ready",
+]
 
 APP = Path(__file__).with_name("app.py")
 """The Streamlit script."""
@@ -46,6 +55,39 @@ def streamlit_command(*, host: str, port: int) -> list[str]:
     ]
 
 
+class PortInUseError(OSError):
+    """The address the dashboard should bind is taken (often: another dashboard)."""
+
+    def __init__(self, host: str, port: int) -> None:
+        super().__init__(
+            f"port {port} on {host} is already in use (another dashboard or demo?): "
+            "stop it, pick another with --port N, or use --port 0 for a free one"
+        )
+        self.host, self.port = host, port
+
+
+def check_port(host: str, port: int) -> None:
+    """Raise :class:`PortInUseError` when nothing could bind ``host:port`` right now."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+        # As Tornado binds: a port left in TIME_WAIT by a server that just stopped is free.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            raise PortInUseError(host, port) from exc
+
+
+def stop(process: subprocess.Popen[bytes], *, timeout: float = 10.0) -> int:
+    """Terminate the server and wait for it; kill it if it does not stop within ``timeout``."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            return process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+    return process.wait()
+
+
 def start_server(
     *,
     db: str | os.PathLike[str] | None = None,
@@ -53,6 +95,7 @@ def start_server(
     host: str = "127.0.0.1",
     port: int = 8501,
     refresh_seconds: int = DEFAULT_REFRESH_SECONDS,
+    confirmation_ttl_seconds: float = DEFAULT_CONFIRMATION_TTL_SECONDS,
     output: IO[bytes] | int | None = None,
 ) -> subprocess.Popen[bytes]:
     """Start the dashboard on ``host:port`` reading ``db`` or ``clickhouse``; return the process.
@@ -64,6 +107,7 @@ def start_server(
         db=str(Path(db).absolute()) if db is not None else None,
         clickhouse=clickhouse,
         refresh_seconds=refresh_seconds,
+        confirmation_ttl_seconds=confirmation_ttl_seconds,
     )
     env = {**os.environ, **settings.to_env()}
     return subprocess.Popen(

@@ -9,9 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from urllib.parse import urlsplit, urlunsplit
 
-__all__ = ["CLICKHOUSE_ENV", "DB_ENV", "REFRESH_ENV", "Settings"]
+__all__ = [
+    "CLICKHOUSE_ENV",
+    "DB_ENV",
+    "DEFAULT_CONFIRMATION_TTL_SECONDS",
+    "REFRESH_ENV",
+    "TTL_ENV",
+    "Settings",
+]
 
 DB_ENV = "CALLGATE_DASHBOARD_DB"
 """Path of the DuckDB file to read (opened read-only)."""
@@ -20,7 +28,12 @@ CLICKHOUSE_ENV = "CALLGATE_DASHBOARD_CLICKHOUSE"
 REFRESH_ENV = "CALLGATE_DASHBOARD_REFRESH"
 """Default auto-refresh interval in seconds; 0 starts with auto-refresh off."""
 
+TTL_ENV = "CALLGATE_DASHBOARD_CONFIRMATION_TTL"
+"""Seconds a pending approval stays open in the deployment (``Policy.confirmation_ttl``)."""
+
 DEFAULT_REFRESH_SECONDS = 10
+DEFAULT_CONFIRMATION_TTL_SECONDS = 900.0
+"""The guard's default ``Policy.confirmation_ttl``: older undecided approvals have expired."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -33,6 +46,13 @@ class Settings:
     """ClickHouse URL; None when reading DuckDB."""
     refresh_seconds: int = DEFAULT_REFRESH_SECONDS
     """Auto-refresh interval the sidebar starts with (0: off)."""
+    confirmation_ttl_seconds: float = DEFAULT_CONFIRMATION_TTL_SECONDS
+    """How long an approval stays open: "Pending approvals" counts only those younger."""
+
+    @property
+    def confirmation_ttl(self) -> timedelta:
+        """:attr:`confirmation_ttl_seconds` as a timedelta."""
+        return timedelta(seconds=self.confirmation_ttl_seconds)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> Settings:
@@ -42,11 +62,15 @@ class Settings:
             db=environ.get(DB_ENV, "").strip() or None,
             clickhouse=environ.get(CLICKHOUSE_ENV, "").strip() or None,
             refresh_seconds=int(refresh) if refresh.isdigit() else DEFAULT_REFRESH_SECONDS,
+            confirmation_ttl_seconds=_seconds(environ.get(TTL_ENV, "")),
         )
 
     def to_env(self) -> dict[str, str]:
         """The environment variables that carry these settings to the Streamlit process."""
-        env = {REFRESH_ENV: str(self.refresh_seconds)}
+        env = {
+            REFRESH_ENV: str(self.refresh_seconds),
+            TTL_ENV: repr(self.confirmation_ttl_seconds),
+        }
         if self.db:
             env[DB_ENV] = self.db
         if self.clickhouse:
@@ -60,6 +84,14 @@ class Settings:
         if self.db:
             return f"DuckDB {self.db}"
         return "no source"
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        return DEFAULT_CONFIRMATION_TTL_SECONDS
+    return value if value > 0 and value != float("inf") else DEFAULT_CONFIRMATION_TTL_SECONDS
 
 
 def _without_password(url: str) -> str:

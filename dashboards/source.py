@@ -5,13 +5,13 @@ renders: a read-only handle takes a shared lock on the file, and the writer (``c
 --follow`` or the sidecar) needs it back to append. When the writer holds the lock, opening is
 retried briefly; if it still fails the page says so and the next auto-refresh tries again.
 
-Problems the user can act on (no source given, no file yet, not a callgate database, locked)
-come back as :class:`Unavailable` values with a message, never as tracebacks.
+Problems the user can act on (no source given, no file yet, not a DuckDB file, not a callgate
+database, locked) come back as :class:`Unavailable` values with a message, never as tracebacks.
+A file that is not DuckDB at all is named as such before any lock is retried: it is never "busy".
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -19,8 +19,9 @@ from pathlib import Path
 
 import duckdb
 
-from analytics import clickhouse, load, metrics
+from analytics import clickhouse, database, metrics
 
+from .safe import text
 from .settings import Settings
 
 __all__ = ["Source", "Unavailable", "open_source", "source_errors"]
@@ -28,13 +29,16 @@ __all__ = ["Source", "Unavailable", "open_source", "source_errors"]
 Source = metrics.Source
 """What analytics' query functions take: a DuckDB connection or a metrics Backend."""
 
-_LOCK_RETRIES = 10
-_LOCK_PAUSE_S = 0.1
+_LOCK_WAIT_S = 1.0
+"""How long a render waits for a writer to let go of the file (one deadline, no retries on top)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Unavailable:
-    """Why there is nothing to show, in words for the person looking at the page."""
+    """Why there is nothing to show, in words for the person looking at the page.
+
+    Both are Markdown source: paths and error messages in them are code spans (:func:`safe.text`).
+    """
 
     title: str
     detail: str
@@ -63,27 +67,43 @@ def open_source(settings: Settings) -> Iterator[Source | Unavailable]:
         opened.close()
 
 
+_DUCKDB_MAGIC = b"DUCK"
+"""Bytes 8-11 of every DuckDB database file."""
+
+
+def is_duckdb_file(path: Path) -> bool:
+    """The file starts with DuckDB's header (an empty file counts: DuckDB can start it)."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(12)
+    except OSError:
+        return False
+    return not head or head[8:12] == _DUCKDB_MAGIC
+
+
 def _open_duckdb(path: Path) -> duckdb.DuckDBPyConnection | Unavailable:
-    if not path.exists():
+    if path.exists() and (path.is_dir() or not is_duckdb_file(path)):
         return Unavailable(
-            title=f"No database at {path}",
-            detail=f"Load span files into it first: `callgate load PATH... --db {path}`. "
+            title=f"{text(path)} is not a DuckDB file",
+            detail="Point the dashboard at the database `callgate load PATH... --db FILE` "
+            "writes, not at a span file or another kind of file.",
+        )
+    try:
+        return database.connect(path, read_only=True, timeout=_LOCK_WAIT_S)
+    except database.NoDatabaseError:
+        return Unavailable(
+            title=f"No database at {text(path)}",
+            detail=f"Load span files into it first: {text(f'callgate load PATH... --db {path}')}. "
             "This page checks again at every refresh.",
         )
-    error: duckdb.Error | None = None
-    for _ in range(_LOCK_RETRIES):
-        try:
-            return load.connect(path, read_only=True)
-        except duckdb.IOException as exc:  # most often: a writer holds the file's lock
-            error = exc
-            time.sleep(_LOCK_PAUSE_S)
-        except duckdb.Error as exc:
-            return Unavailable(title=f"Cannot open {path}", detail=_first_line(exc))
-    return Unavailable(
-        title=f"{path} is busy",
-        detail=f"Another process is writing to it ({_first_line(error)}). "
-        "The next refresh tries again.",
-    )
+    except database.NotADatabaseError as exc:
+        return Unavailable(title="Not a callgate database", detail=text(exc))
+    except database.DatabaseBusyError as exc:
+        return Unavailable(
+            title=f"{text(path)} is busy", detail=f"{text(exc)}. The next refresh tries again."
+        )
+    except database.DatabaseError as exc:
+        return Unavailable(title=f"Cannot open {text(path)}", detail=text(exc))
 
 
 def _clickhouse(url: str) -> Source | Unavailable:
@@ -91,9 +111,9 @@ def _clickhouse(url: str) -> Source | Unavailable:
     try:
         return connect_clickhouse(url)
     except RuntimeError as exc:  # clickhouse-connect is not installed
-        return Unavailable(title=f"Cannot read {shown}", detail=_first_line(exc))
+        return Unavailable(title=f"Cannot read {text(shown)}", detail=text(_first_line(exc)))
     except source_errors() as exc:
-        return Unavailable(title=f"Cannot reach {shown}", detail=_first_line(exc))
+        return Unavailable(title=f"Cannot reach {text(shown)}", detail=text(_first_line(exc)))
 
 
 def connect_clickhouse(url: str) -> metrics.Backend:

@@ -10,12 +10,13 @@ from pydantic import BaseModel
 from guard.codes import Code
 from guard.result import Problem, ToolResult
 from guard.session import Principal
+from guard.waiting import BLOCKING, Waiter
 
 if TYPE_CHECKING:
     from guard.registry import ToolSpec
     from guard.stores.base import PendingAction
 
-__all__ = ["Call", "Reservation", "RetryRecord", "StageRecord"]
+__all__ = ["Call", "Reservation", "RetryRecord", "StageRecord", "stage_outcome"]
 
 
 @dataclass(slots=True, kw_only=True)
@@ -106,6 +107,8 @@ class Call:
     per boundary keeps the pipeline cheap; ``stages`` turns them into records when asked."""
     end_ns: int = 0
     result: ToolResult | None = None
+    waiter: Waiter = BLOCKING
+    """How the call waits on the world: blocking (``execute``) or on the event loop (``aexecute``)."""
     untrusted_text: tuple[str, ...] = ()
     """Text of an untrusted result, for telemetry to scan for injected instructions."""
     result_data: dict[str, Any] | None = None
@@ -114,18 +117,8 @@ class Call:
     @property
     def stages(self) -> list[StageRecord]:
         """The stages that ran, in order, each with its timing and how it ended."""
-        ran = len(self.marks) - 1
-        records = [
-            StageRecord(
-                name=self.chain[i], start_ns=self.marks[i], end_ns=self.marks[i + 1], outcome="pass"
-            )
-            for i in range(ran)
-        ]
-        if records and self.result is not None:
-            last = records[-1]
-            last.outcome = "final" if self.result.ok else "reject"
-            last.code = self.result.code
-        return records
+        last = len(self.marks) - 2
+        return [self.stage_record(i, self.result if i == last else None) for i in range(last + 1)]
 
     def stage_record(self, index: int, result: ToolResult | None) -> StageRecord:
         """The record of stage ``index``, which just ended with ``result`` (None: it passed)."""
@@ -133,7 +126,7 @@ class Call:
             name=self.chain[index],
             start_ns=self.marks[index],
             end_ns=self.marks[index + 1],
-            outcome="pass" if result is None else "final" if result.ok else "reject",
+            outcome=stage_outcome(result),
             code=None if result is None else result.code,
         )
 
@@ -143,3 +136,11 @@ class Call:
         if self.result is None or self.result.ok or len(self.marks) < 2:
             return None
         return self.chain[len(self.marks) - 2]
+
+
+def stage_outcome(result: ToolResult | None) -> str:
+    """How a stage that answered ``result`` ended: the one place the rule is written.
+
+    ``pass`` (None: on to the next stage), ``final`` (the call ends successfully here) or
+    ``reject`` (it ends unsuccessfully)."""
+    return "pass" if result is None else "final" if result.ok else "reject"

@@ -38,6 +38,12 @@ class Code(StrEnum):
         "budget",
         False,
     )
+    SESSION_LIMIT = (
+        "SESSION_LIMIT",
+        "The stores are full: new sessions are refused rather than forget others' state.",
+        "budget",
+        False,
+    )
 
     # resolve
     UNKNOWN_TOOL = ("UNKNOWN_TOOL", "No tool by that name.", "resolve", True)

@@ -16,7 +16,7 @@ from guard.policy import Policy
 from guard.registry import ToolRegistry, ToolSpec
 from guard.result import Outcome, ToolResult
 from guard.session import Principal
-from guard.stages import Env, ExecuteStage, Stage, default_chain, reject
+from guard.stages import Env, Stage, default_chain, reject
 from guard.stages.idempotency import stored
 from guard.stores.base import (
     ApprovalState,
@@ -26,6 +26,7 @@ from guard.stores.base import (
     PendingAction,
 )
 from guard.stores.memory import MemoryApprovalStore, MemoryCounterStore, MemoryIdempotencyStore
+from guard.waiting import AWAITING, run_blocking
 
 __all__ = ["ApprovalNotFound", "Guard", "Session"]
 
@@ -102,7 +103,7 @@ class Guard:
     ) -> ToolResult:
         """Run one proposed call. Never raises for anything the model sent."""
         call = self._start(session, name, raw_arguments, call_id, self.stages)
-        return self._finish(call, self._run(call, self.stages))
+        return self._run(call, self.stages)
 
     async def aexecute(
         self,
@@ -114,7 +115,7 @@ class Guard:
     ) -> ToolResult:
         """``execute`` for async hosts: coroutine handlers run on the caller's event loop."""
         call = self._start(session, name, raw_arguments, call_id, self.stages)
-        return self._finish(call, await self._arun(call, self.stages))
+        return await self._arun(call, self.stages)
 
     def pending(self, approval_id: str) -> PendingAction | None:
         """The pending action to show an approver: tool, validated arguments, expiry."""
@@ -129,58 +130,54 @@ class Guard:
         return self._decide(approval_id, approve=False, by=by)
 
     async def aapprove(self, approval_id: str, *, by: str) -> ToolResult:
-        """``approve`` for async hosts."""
+        """``approve`` for async hosts: a coroutine handler runs on the caller's event loop."""
         call, stages = self._resume(approval_id, approve=True, by=by)
-        return self._finish(call, await self._arun(call, stages))
+        return await self._arun(call, stages)
+
+    async def adeny(self, approval_id: str, *, by: str) -> ToolResult:
+        """``deny`` for async hosts."""
+        call, stages = self._resume(approval_id, approve=False, by=by)
+        return await self._arun(call, stages)
 
     # -- the loop ---------------------------------------------------------------------------------
 
     def _run(self, call: Call, stages: list[Stage]) -> ToolResult:
-        if self._stage_events:
-            return self._run_observed(call, stages)
-        marks = call.marks
-        marks.append(self._time_ns())
-        for stage in stages:
-            try:
-                result = stage(call)
-            except Exception:
-                result = _stage_failed(call, stage)
-            marks.append(self._time_ns())
-            if result is not None:
-                return result
-        raise AssertionError("the execute stage always answers")  # pragma: no cover
-
-    def _run_observed(self, call: Call, stages: list[Stage]) -> ToolResult:
-        observer, marks = self.env.observer, call.marks
-        marks.append(self._time_ns())
-        for index, stage in enumerate(stages):
-            _notify(observer.stage_started, call, stage.name)
-            try:
-                result = stage(call)
-            except Exception:
-                result = _stage_failed(call, stage)
-            marks.append(self._time_ns())
-            _notify(observer.stage_ended, call, call.stage_record(index, result))
-            if result is not None:
-                return result
-        raise AssertionError("the execute stage always answers")  # pragma: no cover
+        """The loop, blocking: it never suspends, so one step runs it to the end."""
+        try:
+            result = run_blocking(self._loop(call, stages))
+        except BaseException:
+            self._interrupted(call)
+            raise
+        return self._finish(call, result)
 
     async def _arun(self, call: Call, stages: list[Stage]) -> ToolResult:
-        observer, marks, live = self.env.observer, call.marks, self._stage_events
-        marks.append(self._time_ns())
-        for index, stage in enumerate(stages):
-            if live:
+        """The loop, awaited on the caller's event loop."""
+        call.waiter = AWAITING
+        try:
+            result = await self._loop(call, stages)
+        except BaseException:  # cancelled (a client went away), or interrupted
+            self._interrupted(call)
+            raise
+        return self._finish(call, result)
+
+    async def _loop(self, call: Call, stages: list[Stage]) -> ToolResult:
+        """The one loop. A stage passes (None), ends the call (a result), or is awaited first
+        (execute, which waits on the world through ``call.waiter``)."""
+        observer = self.env.observer if self._stage_events else None
+        marks, time_ns = call.marks, self._time_ns
+        marks.append(time_ns())
+        for stage in stages:
+            if observer is not None:
                 _notify(observer.stage_started, call, stage.name)
             try:
-                if isinstance(stage, ExecuteStage):
-                    result: ToolResult | None = await stage.acall(call)
-                else:
-                    result = stage(call)
+                result = stage(call)
+                if result is not None and not isinstance(result, ToolResult):
+                    result = await result
             except Exception:
                 result = _stage_failed(call, stage)
-            marks.append(self._time_ns())
-            if live:
-                _notify(observer.stage_ended, call, call.stage_record(index, result))
+            marks.append(time_ns())
+            if observer is not None:
+                _notify(observer.stage_ended, call, call.stage_record(len(marks) - 2, result))
             if result is not None:
                 return result
         raise AssertionError("the execute stage always answers")  # pragma: no cover
@@ -250,9 +247,31 @@ class Guard:
             env.idempotency.release(call.idempotency_key)
         call.claimed = False
 
+    def _interrupted(self, call: Call) -> None:
+        """The call was cancelled or interrupted (``CancelledError``, ``KeyboardInterrupt``: not an
+        ``Exception``) before it had a result. It still ends, so the trail records it and a claim
+        it holds is not left to go stale without a word: if a handler attempt of a write started,
+        the outcome is unknown, and a backend that cannot deduplicate gets it recorded under the
+        key (repeats replay TIMEOUT); otherwise the claim is released."""
+        started = call.attempts > 0 and call.spec is not None and call.spec.is_write
+        result = reject(
+            call,
+            Code.TIMEOUT,
+            "The call was interrupted before it answered"
+            + (
+                f": the action may or may not have happened (key {call.idempotency_key}). "
+                "Do not retry it; check its status first."
+                if started
+                else ". Nothing was done."
+            ),
+            outcome=Outcome.UNKNOWN if started else Outcome.NOT_APPLIED,
+        )
+        call.marks.append(self._time_ns())  # the stage in progress ends here
+        self._finish(call, result)
+
     def _decide(self, approval_id: str, *, approve: bool, by: str) -> ToolResult:
         call, stages = self._resume(approval_id, approve=approve, by=by)
-        return self._finish(call, self._run(call, stages))
+        return self._run(call, stages)
 
     def _resume(self, approval_id: str, *, approve: bool, by: str) -> tuple[Call, list[Stage]]:
         action = self.env.approvals.decide(

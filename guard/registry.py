@@ -17,7 +17,9 @@ from typing import Any, TypeAlias
 from pydantic import BaseModel
 
 from guard.errors import ConfigurationError
+from guard.patterns import ambiguous_constructs, schema_patterns
 from guard.session import Principal
+from guard.views import ResultView
 
 __all__ = [
     "CheckContext",
@@ -185,14 +187,17 @@ class ToolSpec:
         # model_dump_json, which matters on a path every call takes.
         object.__setattr__(self, "_validator", self.arguments.__pydantic_validator__)
         object.__setattr__(self, "_serializer", self.arguments.__pydantic_serializer__)
-        if self.result_model is not None:
-            object.__setattr__(self, "_result_validator", self.result_model.__pydantic_validator__)
-            object.__setattr__(
-                self, "_result_serializer", self.result_model.__pydantic_serializer__
-            )
+        if self.result_model is not None:  # validated straight into dicts where it can be
+            object.__setattr__(self, "_result_view", ResultView(self.result_model))
         object.__setattr__(self, "is_async", inspect.iscoroutinefunction(self.handler))
         object.__setattr__(self, "is_write", self.effect is Effect.WRITE)
         object.__setattr__(self, "_schema", self.arguments.model_json_schema())
+        for where, regex in schema_patterns(self._schema):  # type: ignore[attr-defined]
+            if found := ambiguous_constructs(regex):
+                raise ConfigurationError(
+                    f"tool {self.name!r}: pattern {regex!r} at {where} means one thing to the "
+                    f"validator and another in the published schema: {'; '.join(found)}"
+                )
 
     is_write: bool = field(init=False, default=False)
     """The tool changes the world (derived from ``effect``)."""
@@ -217,8 +222,7 @@ class ToolSpec:
             if output is None or isinstance(output, dict):
                 return output
             return {"value": output}
-        view = self._result_validator.validate_python(output)  # type: ignore[attr-defined]
-        data: dict[str, Any] = self._result_serializer.to_python(view, mode="json")  # type: ignore[attr-defined]
+        data: dict[str, Any] = self._result_view(output)  # type: ignore[attr-defined]
         return data
 
     @property

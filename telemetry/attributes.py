@@ -15,9 +15,13 @@ __all__ = [
     "APPROVER",
     "ARGUMENTS",
     "ATTEMPTS",
+    "AUTHENTICATED",
     "CALL_ATTRIBUTES",
     "CALL_SPAN_PREFIX",
+    "CHAIN",
+    "CHAIN_ATTRIBUTES",
     "CODE",
+    "CODE_STAGE",
     "CONFIRMED",
     "EFFECT",
     "ERROR_TYPE",
@@ -40,6 +44,7 @@ __all__ = [
     "OPERATION_EXECUTE_TOOL",
     "OUTCOME",
     "PRINCIPAL",
+    "PRINCIPAL_PREVIOUS",
     "REJECTED_STAGE",
     "REPLAYED",
     "RESUMED",
@@ -50,16 +55,22 @@ __all__ = [
     "RISK",
     "ROLE",
     "SCHEMA_HASH",
+    "SHADOW",
+    "SHADOW_CODE",
     "STAGES",
     "STAGE_ATTRIBUTES",
     "STAGE_CODE",
+    "STAGE_FIXABLE",
     "STAGE_NAME",
     "STAGE_OUTCOME",
     "STAGE_SPAN_PREFIX",
     "STEP",
+    "TEXT_REPLACED",
     "TOOL_VERSION",
     "TURN",
     "UNTRUSTED",
+    "WARNINGS",
+    "WARNING_CODES",
     "Attribute",
 ]
 
@@ -136,11 +147,23 @@ MESSAGE = "guard.message"
 UNTRUSTED = "guard.untrusted"
 INJECTION_DETECTED = "guard.injection.detected"
 INJECTION_RULE = "guard.injection.rule"
+CODE_STAGE = "guard.code.stage"
+WARNINGS = "guard.warnings"
+WARNING_CODES = "guard.warning_codes"
+SHADOW = "guard.shadow"
+SHADOW_CODE = "guard.shadow.code"
+PRINCIPAL_PREVIOUS = "guard.principal.previous"
+AUTHENTICATED = "guard.authenticated"
+TEXT_REPLACED = "guard.text_replaced"
 
 # on stage spans
 STAGE_NAME = "guard.stage.name"
 STAGE_OUTCOME = "guard.stage.outcome"
 STAGE_CODE = "guard.code"
+STAGE_FIXABLE = "guard.fixable"
+
+# on the trail's chain record (an extra resource with no spans at the end of each line)
+CHAIN = "callgate.chain"
 
 # retry events on the execute stage span
 RETRY_EVENT = "guard.retry"
@@ -231,6 +254,29 @@ CALL_ATTRIBUTES: tuple[Attribute, ...] = (
         "Instruction-like text was found in an untrusted result.",
     ),
     _a(INJECTION_RULE, "string", "ignore_instructions", "The detector rule that matched."),
+    _a(CODE_STAGE, "string", "schema", "The stage the code belongs to (`execute` for `OK`)."),
+    _a(WARNINGS, "int", "1", "Warnings that let the call through."),
+    _a(WARNING_CODES, "string[]", '["POLICY_LIMIT"]', "The codes of those warnings."),
+    _a(
+        SHADOW,
+        "bool",
+        "true",
+        "Shadow mode: `guard.code` says what the gate would have decided; it was not enforced.",
+    ),
+    _a(SHADOW_CODE, "string", "POLICY_LIMIT", "In shadow mode, the code that was not enforced."),
+    _a(
+        PRINCIPAL_PREVIOUS,
+        "string",
+        "p_0a1b2c3d4e5f",
+        "Keyed hash of the principal before the call authenticated mid-session.",
+    ),
+    _a(AUTHENTICATED, "bool", "true", "The session's principal is authenticated."),
+    _a(
+        TEXT_REPLACED,
+        "bool",
+        "true",
+        "A value held text UTF-8 cannot carry (a lone surrogate); it was replaced by U+FFFD.",
+    ),
 )
 """Attributes of the call span."""
 
@@ -242,6 +288,12 @@ STAGE_ATTRIBUTES: tuple[Attribute, ...] = (
     _a(
         STAGE_CODE, "string", "INVALID_ARGUMENTS", "The code the stage ended the call with, if any."
     ),
+    _a(
+        STAGE_FIXABLE,
+        "bool",
+        "true",
+        "On the rejecting stage span: the model can fix the call by resending it corrected.",
+    ),
 )
 """Attributes of stage spans."""
 
@@ -251,3 +303,13 @@ EVENT_ATTRIBUTES: tuple[Attribute, ...] = (
     _a(RETRY_DELAY, "double", "0.05", "Seconds of backoff before the next attempt."),
 )
 """Attributes of the ``guard.retry`` events on the ``guard.execute`` span."""
+
+CHAIN_ATTRIBUTES: tuple[Attribute, ...] = (
+    _a(
+        CHAIN,
+        "string",
+        "v1:k:3f9c0a1b2d4e5f60:7:<prev mac>:<mac>",
+        "Tamper evidence: chain id, line number, the previous line's MAC and this line's.",
+    ),
+)
+"""The resource attribute of the chain record ``SpanFileWriter`` appends to every line."""

@@ -4,40 +4,152 @@ from __future__ import annotations
 
 import signal
 import threading
+from pathlib import Path
 from types import FrameType
 
 import click
 
-from telemetry.sidecar import OTLPReceiver
+from telemetry.chain import env_chain_key
+from telemetry.sidecar import MAX_BODY, MAX_INFLIGHT, OTLPReceiver
 from telemetry.trail import SpanFileWriter
 
 __all__ = ["sidecar"]
 
 
 @click.command("sidecar")
-@click.option("--dir", "directory", default="callgate-trail", show_default=True,
-              type=click.Path(file_okay=False), help="Where span files are written.")
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
-@click.option("--grpc-port", default=4317, show_default=True, type=int,
-              help="OTLP/gRPC port (0: a free one; -1: off).")
-@click.option("--http-port", default=4318, show_default=True, type=int,
-              help="OTLP/HTTP port, protobuf and JSON (0: a free one; -1: off).")
-@click.option("--max-bytes", default=64 * 1024 * 1024, show_default=True, type=int,
-              help="Rotate a span file once it passes this size.")
+@click.option(
+    "--dir",
+    "directory",
+    default="callgate-trail",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="Where span files are written.",
+)
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address to bind. Anything but loopback needs a token (or --insecure).",
+)
+@click.option(
+    "--grpc-port",
+    default=4317,
+    show_default=True,
+    type=int,
+    help="OTLP/gRPC port (0: a free one; -1: off).",
+)
+@click.option(
+    "--http-port",
+    default=4318,
+    show_default=True,
+    type=int,
+    help="OTLP/HTTP port, protobuf and JSON (0: a free one; -1: off).",
+)
+@click.option(
+    "--max-bytes",
+    default=64 * 1024 * 1024,
+    show_default=True,
+    type=int,
+    help="Rotate a span file once it passes this size.",
+)
 @click.option("--prefix", default="spans", show_default=True, help="File name prefix.")
+@click.option(
+    "--token",
+    envvar="CALLGATE_SIDECAR_TOKEN",
+    default=None,
+    show_envvar=True,
+    help="Bearer token every request must carry (Authorization: Bearer <token>). "
+    "Prefer the environment variable or --token-file: arguments show in ps.",
+)
+@click.option(
+    "--token-file",
+    type=click.Path(dir_okay=False, exists=True),
+    default=None,
+    help="Read the bearer token from this file (surrounding whitespace stripped).",
+)
+@click.option(
+    "--insecure",
+    is_flag=True,
+    help="Allow a non-loopback --host without a token: anyone who can reach it can write spans.",
+)
+@click.option(
+    "--max-body",
+    default=MAX_BODY,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Largest request body in bytes, on the wire and once inflated.",
+)
+@click.option(
+    "--max-inflight",
+    default=MAX_INFLIGHT,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Bytes all requests in flight may hold together; beyond it: 503 / UNAVAILABLE.",
+)
+@click.option(
+    "--max-connections",
+    default=128,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Concurrent OTLP/HTTP connections; more are answered 503 and closed.",
+)
+@click.option(
+    "--idle-timeout",
+    default=30.0,
+    show_default=True,
+    type=click.FloatRange(0.1),
+    help="Seconds an idle (or stalled) connection is kept open.",
+)
 def sidecar(
-    directory: str, host: str, grpc_port: int, http_port: int, max_bytes: int, prefix: str
+    directory: str,
+    host: str,
+    grpc_port: int,
+    http_port: int,
+    max_bytes: int,
+    prefix: str,
+    token: str | None,
+    token_file: str | None,
+    insecure: bool,
+    max_body: int,
+    max_inflight: int,
+    max_connections: int,
+    idle_timeout: float,
 ) -> None:
     """Receive OTLP traces on this host and write them as OTLP JSON lines, like the local trail."""
-    writer = SpanFileWriter(directory, prefix=prefix, max_bytes=max_bytes)
-    receiver = OTLPReceiver(
-        writer,
-        host=host,
-        grpc_port=None if grpc_port < 0 else grpc_port,
-        http_port=None if http_port < 0 else http_port,
-    ).start()
+    if token_file is not None:
+        token = Path(token_file).read_text().strip()
+    if token is not None and not token.strip():
+        raise click.BadParameter("the bearer token is empty", param_hint="--token")
+    writer = SpanFileWriter(
+        directory, prefix=prefix, max_bytes=max_bytes, chain_key=env_chain_key()
+    )
+    try:
+        receiver = OTLPReceiver(
+            writer,
+            host=host,
+            grpc_port=None if grpc_port < 0 else grpc_port,
+            http_port=None if http_port < 0 else http_port,
+            token=token,
+            insecure=insecure,
+            max_body=max_body,
+            max_inflight=max_inflight,
+            max_connections=max_connections,
+            idle_timeout=idle_timeout,
+            request_timeout=max(60.0, 2 * idle_timeout),
+        )
+    except ValueError as error:
+        writer.close()
+        raise click.UsageError(str(error)) from error
+    if token is None and insecure:
+        click.echo(
+            f"sidecar: WARNING: {host} without a token: anyone who can reach it can write spans",
+            err=True,
+        )
+    receiver.start()
+    auth = "bearer token" if token is not None else "no auth"
     click.echo(
-        f"sidecar: grpc {host}:{receiver.grpc_port}  http {host}:{receiver.http_port}  -> {directory}"
+        f"sidecar: grpc {host}:{receiver.grpc_port}  http {host}:{receiver.http_port}  "
+        f"({auth}) -> {directory}"
     )
     stop = threading.Event()
 
@@ -53,4 +165,7 @@ def sidecar(
             signal.signal(sig, handler)
         receiver.stop()
         stats = receiver.stats
-        click.echo(f"sidecar: {stats.requests} requests, {stats.spans} spans, {stats.rejected} rejected")
+        click.echo(
+            f"sidecar: {stats.requests} requests, {stats.spans} spans, {stats.rejected} rejected, "
+            f"{stats.rejected_spans} malformed spans left out"
+        )

@@ -46,36 +46,72 @@ class MaskMode(StrEnum):
     """``[<kind>:h_<hex>]``: a keyed hash, equal values give equal hashes."""
 
 
+_DOUBLED = {str(d): (2 * d - 9 if 2 * d > 9 else 2 * d) for d in range(10)}
+
+
 def luhn_valid(digits: str) -> bool:
     """True when the digit string passes the Luhn checksum (card numbers)."""
-    total = 0
-    for index, char in enumerate(reversed(digits)):
-        value = ord(char) - 48
-        if index % 2:
-            value *= 2
-            if value > 9:
-                value -= 9
-        total += value
+    odd = digits[-1::-2]
+    even = digits[-2::-2]
+    total = sum(map(int, odd)) + sum(map(_DOUBLED.__getitem__, even))
     return total % 10 == 0
 
 
 def _card_ok(match: str) -> bool:
-    digits = re.sub(r"\D", "", match)
-    return 13 <= len(digits) <= 19 and luhn_valid(digits)
+    digits = _NON_DIGIT.sub("", match)
+    if 13 <= len(digits) <= 19 and luhn_valid(digits):
+        return True
+    # a card among other digit groups ("12 4111 1111 1111 1111"): drop one group at either end
+    groups = _SEPARATOR.split(match)
+    if len(groups) < 2:
+        return False
+    for part in ("".join(groups[1:]), "".join(groups[:-1])):
+        if 13 <= len(part) <= 19 and luhn_valid(part):
+            return True
+    return False
+
+
+_IBAN_REGISTRY = (
+    "AD24 AE23 AL28 AT20 AZ28 BA20 BE16 BG22 BH22 BR29 BY28 CH21 CR22 CY28 CZ24 DE22 DK18 DO28 "
+    "EE20 EG29 ES24 FI18 FO18 FR27 GB22 GE22 GI23 GL18 GR27 GT28 HR21 HU28 IE22 IL23 IQ23 IS26 "
+    "IT27 JO30 KW30 KZ20 LB28 LC32 LI21 LT20 LU20 LV21 LY25 MC27 MD24 ME22 MK19 MR27 MT31 MU30 "
+    "NL18 NO15 PK24 PL28 PS29 PT25 QA29 RO24 RS22 SA24 SC31 SE24 SI19 SK24 SM27 ST25 SV28 TL23 "
+    "TN24 TR26 UA29 VA22 VG24 XK20"
+)
+_IBAN_LENGTHS = {_IBAN_REGISTRY[i : i + 2]: int(_IBAN_REGISTRY[i + 2 : i + 4]) for i in range(0, len(_IBAN_REGISTRY), 5)}
+"""IBAN length by country (ISO 13616 registry): a candidate is checked at exactly that length."""
+
+
+def _iban_number_ok(compact: str) -> bool:
+    rearranged = compact[4:] + compact[:4]
+    remainder = 0
+    for char in rearranged:
+        value = int(char, 36)
+        remainder = (remainder * (100 if value > 9 else 10) + value) % 97
+    return remainder == 1
 
 
 def _iban_ok(match: str) -> bool:
-    compact = match.replace(" ", "").upper()
-    if not 15 <= len(compact) <= 34:
-        return False
-    rearranged = compact[4:] + compact[:4]
-    number = "".join(str(int(char, 36)) for char in rearranged)
-    return int(number) % 97 == 1
+    """The mod-97 check at the country's length, so text glued after the IBAN does not hide it."""
+    length = _IBAN_LENGTHS.get(match[:2])
+    compact = match.replace(" ", "")
+    if length is None:  # a country not in the table: the whole candidate
+        return 15 <= len(compact) <= 34 and _iban_number_ok(compact)
+    return len(compact) >= length and _iban_number_ok(compact[:length])
 
 
 def _phone_ok(match: str) -> bool:
     digits = sum(char.isdigit() for char in match)
     return 8 <= digits <= 15
+
+
+def _key_ok(match: str) -> bool:
+    """An ``sk-`` key has digits in it; hyphenated words (``sk-assessment-...``) do not."""
+    return not match.startswith("sk-") or any(char.isdigit() for char in match)
+
+
+_NON_DIGIT = re.compile(r"\D")
+_SEPARATOR = re.compile(r"[ -]")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -92,40 +128,48 @@ class Detector:
 
 DETECTORS: tuple[Detector, ...] = (
     # Tokens first: a JWT or key may contain digit runs that other detectors would split.
+    # Every pattern runs in linear time on any input (bench/masking.py): each either starts at a
+    # literal, or can start only where a run of its own characters starts (a lookbehind excludes
+    # starting inside one), and every repetition that can fail after a long scan is bounded.
     Detector(
         kind="bearer",
-        pattern=re.compile(r"(?i)\bbearer\s+[A-Za-z0-9._~+/=-]{8,}"),
+        pattern=re.compile(r"(?i)bearer[\s:=]+[A-Za-z0-9._~+/=-]{8,}"),
     ),
     Detector(
         kind="jwt",
-        pattern=re.compile(r"\beyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*"),
+        pattern=re.compile(
+            r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*"
+        ),
     ),
     Detector(
         kind="api_key",
         pattern=re.compile(
-            r"\b(?:sk-[A-Za-z0-9_-]{16,}|(?:AKIA|ASIA)[0-9A-Z]{16}|gh[pousr]_[A-Za-z0-9]{30,}"
-            r"|xox[abpr]-[A-Za-z0-9-]{10,}|AIza[0-9A-Za-z_-]{35})"
+            r"sk-[A-Za-z0-9_-]{16,}|(?:AKIA|ASIA)[0-9A-Z]{16}|gh[pousr]_[A-Za-z0-9]{30,}"
+            r"|xox[abpr]-[A-Za-z0-9-]{10,}|AIza[0-9A-Za-z_-]{35}"
         ),
+        check=_key_ok,
     ),
     Detector(
         kind="email",
-        pattern=re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}"),
+        pattern=re.compile(
+            r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}"
+        ),
     ),
     Detector(
         kind="iban",
-        pattern=re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]){11,30}\b"),
+        pattern=re.compile(r"[A-Z]{2}\d{2}(?: ?[A-Z0-9]){11,30}"),
         check=_iban_ok,
     ),
     Detector(
         kind="card",
-        pattern=re.compile(r"(?<![\d-])\d(?:[ -]?\d){12,18}(?![\d-])"),
+        pattern=re.compile(r"(?<!\d)\d(?:[ -]?\d){12,18}(?!\d)"),
         check=_card_ok,
     ),
     Detector(
         kind="phone",
         pattern=re.compile(
             r"(?<![\w+])(?:\+\d{1,3}[ .-]?)?(?:\(\d{1,4}\)[ .-]?|\d{1,4}[ .-])\d{3,5}[ .-]?\d{3,4}(?![\w])"
-            r"|\+\d{8,15}\b"
+            r"|\+\d{8,15}(?!\d)"
         ),
         check=_phone_ok,
     ),
@@ -184,7 +228,58 @@ def detect_injection(texts: Iterable[str], rules: Iterable[InjectionRule] = INJE
     return None
 
 
-_HARD_CAP = 65_536
+SCAN_LIMIT = 4096
+"""Characters of one value the detectors scan (more when the length cap is larger): the rest is
+replaced by its length and keyed hash, so the cost of masking is bounded on any input."""
+_SCAN_MARGIN = 256
+"""Characters scanned past the length cap: masking can shorten text, so a little more is shown."""
+_BOUNDARY = re.compile(r"[\s,;]")
+_ESCAPE = re.compile(r"\\u([0-9a-fA-F]{4})|\\([\"\\/bfnrt])")
+_SIMPLE_ESCAPES = {"b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
+
+
+def _last_boundary(head: str) -> int:
+    """Where to cut ``head`` so no token (a word, a number with its separators) is split."""
+    window = head[-_SCAN_MARGIN:]
+    for index in range(len(window) - 1, -1, -1):
+        if _BOUNDARY.match(window, index) and not _joins_digits(window, index):
+            return len(head) - len(window) + index
+    return max(len(head) - _SCAN_MARGIN, 0)  # one token longer than the margin: drop it whole
+
+
+def _joins_digits(text: str, index: int) -> bool:
+    """A space between two digits is inside a number (``4111 1111``)."""
+    return 0 < index < len(text) - 1 and text[index - 1].isdigit() and text[index + 1].isdigit()
+
+
+def _decode_escapes(text: str) -> str:
+    """JSON string escapes decoded in text that did not parse (surrogate pairs joined)."""
+
+    def decode(match: re.Match[str]) -> str:
+        if match.group(1) is not None:
+            return chr(int(match.group(1), 16))
+        char = match.group(2)
+        return _SIMPLE_ESCAPES.get(char, char)
+
+    decoded = _ESCAPE.sub(decode, text)
+    # pairs joined; a lone surrogate stays, for the span to make encodable and say so
+    return decoded.encode("utf-16", "surrogatepass").decode("utf-16", "surrogatepass")
+
+
+_sensitive_patterns: dict[frozenset[str], re.Pattern[str]] = {}
+
+
+def _sensitive_pattern(names: frozenset[str]) -> re.Pattern[str]:
+    """``"name":`` followed by a value (a string, maybe unterminated, or a bare token)."""
+    pattern = _sensitive_patterns.get(names)
+    if pattern is None:
+        keys = "|".join(re.escape(name) for name in sorted(names))
+        pattern = re.compile(
+            r'("(?:' + keys + r')"\s*:\s*)(?:"(?:[^"\\]|\\.)*(?:"|\\?$)|[^,}\]]+)'
+        )
+        if len(_sensitive_patterns) < 256:
+            _sensitive_patterns[names] = pattern
+    return pattern
 
 
 class Masker:
@@ -212,6 +307,8 @@ class Masker:
             (detector.pattern, self._substitute(detector)) for detector in self._detectors
         )
         self._principals: dict[str, str] = {}
+        self._identifiers: dict[str, str] = {}
+        self._scan_limit = max(SCAN_LIMIT, max_length + _SCAN_MARGIN)
 
     # hashing
 
@@ -229,6 +326,18 @@ class Masker:
                 self._principals[principal_id] = cached
         return cached
 
+    def identifier(self, value: str) -> str:
+        """An identifier the host chose (a session id) as a span may show it: masked, capped, cached.
+
+        Hosts sometimes build ids from what they know (``support-ann@example.com-3``).
+        """
+        cached = self._identifiers.get(value)
+        if cached is None:
+            cached = self.text(value)
+            if len(self._identifiers) < 65_536:
+                self._identifiers[value] = cached
+        return cached
+
     def short_hash(self, value: str, prefix: str = "k_") -> str:
         """A short keyed hash for identifiers that must correlate but not be readable (keys)."""
         return prefix + self.keyed_hash(value, length=8)
@@ -242,8 +351,10 @@ class Masker:
 
     def mask_text(self, text: str) -> str:
         """``text`` with every detected value replaced; unbounded input is cut before scanning."""
-        if len(text) > _HARD_CAP:
-            return f"[omitted: {len(text)} chars]"
+        if len(text) > self._scan_limit:
+            boundary = _last_boundary(text[: self._scan_limit])
+            rest = text[boundary:]
+            text = text[:boundary] + f"…[+{len(rest)} chars h_{self.keyed_hash(rest)}]"
         if not _CANDIDATE.search(text):
             return text
         for pattern, replace in self._substitutions:
@@ -266,16 +377,42 @@ class Masker:
         return text[: max(self.max_length - 1, 0)] + "…"
 
     def text(self, text: str) -> str:
-        """Masked and capped: what free text (messages, raw arguments) may look like on a span."""
-        return self.cap(self.mask_text(text))
+        """Masked, then capped: what free text (messages, raw arguments) may look like on a span.
+
+        Only what can be shown is scanned: text longer than the cap plus a margin is cut first at a
+        token boundary (never inside a number or a word, so no partial secret is left to slip past
+        the detectors) and the rest is replaced by its length. That bounds the work per value.
+        """
+        return self.cap(self.mask_text(self._scan_window(text)))
+
+    def _scan_window(self, text: str) -> str:
+        limit = self.max_length + _SCAN_MARGIN
+        if len(text) <= limit:
+            return text
+        head = text[:limit]
+        boundary = _last_boundary(head)
+        return head[:boundary] + f"…[+{len(text) - boundary} chars]"
 
     # structured values
 
     def mask_value(self, value: Any, sensitive: frozenset[str] | set[str] = frozenset()) -> Any:
         """A JSON-like value with sensitive fields masked whole and detected values masked inside."""
+        return self._mask_value(value, sensitive, [self.max_length + _SCAN_MARGIN])
+
+    def _mask_value(self, value: Any, sensitive: frozenset[str] | set[str], budget: list[int]) -> Any:
+        """``budget`` is what is left to show: past it, strings are cut (the rendering is capped)."""
         if isinstance(value, str):
+            if len(value) > budget[0]:
+                value = value[: _last_boundary(value[: max(budget[0], 0)])] + f"…[+{len(value)} chars]"
+            budget[0] -= len(value) + 3
             return self.mask_text(value)
-        if isinstance(value, bool) or value is None or isinstance(value, float):
+        if isinstance(value, bool) or value is None:
+            return value
+        if isinstance(value, float):
+            if value.is_integer() and 1e12 <= abs(value) < 1e19:
+                digits = str(int(abs(value)))  # a card sent as 4111111111111111.0
+                if 13 <= len(digits) <= 19 and luhn_valid(digits):
+                    return self._replacement("card", digits)
             return value
         if isinstance(value, int):
             digits = str(abs(value))
@@ -286,14 +423,15 @@ class Masker:
             masked: dict[str, Any] = {}
             for key, item in value.items():
                 name = self.mask_text(str(key))
+                budget[0] -= len(name) + 4
                 if key in sensitive:
                     masked[name] = self._sensitive(item)
                 else:
-                    masked[name] = self.mask_value(item, sensitive)
+                    masked[name] = self._mask_value(item, sensitive, budget)
             return masked
         if isinstance(value, list | tuple):
-            return [self.mask_value(item, sensitive) for item in value]
-        return self.mask_text(str(value))
+            return [self._mask_value(item, sensitive, budget) for item in value]
+        return self._mask_value(str(value), sensitive, budget)
 
     def _sensitive(self, value: Any) -> str:
         if self.mode is MaskMode.HASH:
@@ -304,6 +442,27 @@ class Masker:
     def needs_scan(self, text: str) -> bool:
         """False when no detector can match anywhere in ``text`` (a cheap pre-check)."""
         return _CANDIDATE.search(text) is not None
+
+    def raw_json(self, raw: str, sensitive: frozenset[str] | set[str] = frozenset()) -> str:
+        """Arguments as they arrived (maybe not JSON): parsed and masked when they parse, else text.
+
+        Text that is not JSON is still read as JSON where it can be: ``\\u`` escapes are decoded
+        before the detectors run (``"\\u0034\\u0031..."`` is a card too), and the values of
+        schema-sensitive fields are masked whole wherever a ``"field":`` appears.
+        """
+        if sensitive:  # JSON that parses: its sensitive fields by name
+            try:
+                return self.json(json.loads(raw), sensitive)
+            except (ValueError, RecursionError):
+                pass
+        text = self._scan_window(raw)
+        if "\\" in text:
+            text = _decode_escapes(text)
+        if sensitive:
+            text = _sensitive_pattern(frozenset(sensitive)).sub(
+                lambda match: match.group(1) + '"[REDACTED]"', text
+            )
+        return self.cap(self.mask_text(text))
 
     def json(self, value: Any, sensitive: frozenset[str] | set[str] = frozenset()) -> str:
         """``mask_value`` rendered as compact JSON and capped."""

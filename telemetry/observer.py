@@ -1,7 +1,8 @@
 """The OpenTelemetry observer: the guard's events in, spans out. OpenTelemetry API only.
 
-The calling thread does almost nothing: at ``call_ended`` the observer notes the host's current span
-(so the call joins the agent's trace) and hands the finished ``Call`` to its sinks, each of which
+The calling thread does almost nothing: at ``call_started`` the observer notes the host's current
+span (so the call joins the agent's trace, under the span that was current when the call began, as
+a framework's tool span is), and at ``call_ended`` it hands the finished ``Call`` to its sinks, each of which
 queues it for a thread of its own. The span records are built there, masked, from the ``Call``
 (``telemetry.spans``): the ``TrailSink`` encodes them to OTLP JSON lines, the ``TracerSink`` replays
 them through an OpenTelemetry ``Tracer`` (the host's provider, or one that exports OTLP) with their
@@ -22,7 +23,8 @@ from guard.observe import BaseObserver
 from guard.result import ToolResult
 from telemetry import attributes as attr
 from telemetry.masking import Masker
-from telemetry.spans import STATUS_ERROR, SpanRecord, build_call_spans
+from telemetry.records import STATUS_ERROR, SpanRecord
+from telemetry.spans import build_call_spans
 from telemetry.worker import BatchWorker
 
 __all__ = ["CallSink", "OTelObserver", "TracerSink", "tracer_for"]
@@ -57,17 +59,37 @@ class OTelObserver(BaseObserver):
     wants_stage_events = False
     """Stage timings are read from the finished call, so the pipeline skips per-stage events."""
 
+    _MAX_OPEN = 65_536
+    """Calls started and not yet ended whose parent is remembered (a bound, should a call never end)."""
+
     def __init__(self, sinks: Sequence[CallSink], *, link_parent: bool = True) -> None:
         self.sinks = tuple(sinks)
         self._link_parent = link_parent
+        self._parents: dict[int, SpanContext] = {}
+
+    def call_started(self, call: Call) -> None:
+        """Note the span current when the call begins: the call span's parent."""
+        if not self._link_parent:
+            return
+        try:
+            context = trace.get_current_span().get_span_context()
+            if context.is_valid:
+                parents = self._parents
+                if len(parents) >= self._MAX_OPEN:
+                    parents.clear()
+                parents[id(call)] = context
+        except Exception:
+            log.exception("telemetry observer failed at the start of a call")
 
     def call_ended(self, call: Call, result: ToolResult) -> None:
         try:
             parent = None
             if self._link_parent:
-                context = trace.get_current_span().get_span_context()
-                if context.is_valid:
-                    parent = context
+                parent = self._parents.pop(id(call), None)
+                if parent is None:  # started before this observer, or with no current span
+                    context = trace.get_current_span().get_span_context()
+                    if context.is_valid:
+                        parent = context
             for sink in self.sinks:
                 sink.submit(call, result, parent)
         except Exception:

@@ -9,11 +9,19 @@
 
 What it sets up, each part optional:
 
-- the local trail (default on): OTLP JSON lines in ``trail_dir``, complete, off the calling thread;
-- OTLP to a collector (on when ``otlp=True`` or an ``OTEL_EXPORTER_OTLP_*ENDPOINT`` is set): spans
-  replayed through an SDK ``TracerProvider`` with a ``BatchSpanProcessor``; a collector that is down
-  costs dropped spans (counted), never a slow call;
-- spans through the host's own ``TracerProvider`` (``tracer_provider=``);
+- the local trail: OTLP JSON lines in ``trail_dir`` (or ``CALLGATE_TRAIL_DIR``), complete, off the
+  calling thread, hash-chained (``callgate verify``). On when a directory is given or
+  ``trail=True`` (then ``./callgate-trail`` by default); a library that is only imported and
+  configured writes no files unless asked;
+- OTLP to a collector (on when ``otlp=True``, ``OTEL_TRACES_EXPORTER=otlp`` or an
+  ``OTEL_EXPORTER_OTLP_*ENDPOINT`` is set): spans replayed through an SDK ``TracerProvider`` with a
+  ``BatchSpanProcessor``; a collector that is down costs dropped spans (counted), never a slow call;
+- ``OTEL_TRACES_EXPORTER=console``: the same, printed to stdout; ``none``: no exporter;
+  other values are warned about and ignored;
+- spans through the host's own ``TracerProvider``: ``tracer_provider=``, or the application's global
+  one when it has set one (``trace.set_tracer_provider``), so callgate's call spans nest under the
+  span that was current when each call started. The environment's OTLP settings are then the
+  host's: callgate adds an exporter of its own only when asked (``otlp=True``, ``span_exporter=``);
 - metrics through an SDK ``MeterProvider`` (``metric_readers=``, the host's ``meter_provider=``, or
   OTLP when OTLP is on).
 
@@ -24,6 +32,11 @@ Standard variables are honoured: ``OTEL_SDK_DISABLED``, ``OTEL_SERVICE_NAME``,
 the batch processor), ``OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT`` and
 ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``. callgate's own: ``CALLGATE_TRAIL_DIR``,
 ``CALLGATE_MASKING_KEY``, ``CALLGATE_MASK_MODE``.
+
+The masking key keys every hash callgate writes (pseudonymous principals, ``hash`` mode masks,
+idempotency key hashes) and the trail's chain. Without one a random key is used per process: the
+hashes then do not correlate across restarts, ``callgate report --principal`` cannot match, and the
+chain is plain SHA-256 (it shows damage, not a deliberate edit); configure logs a warning.
 """
 
 from __future__ import annotations
@@ -44,13 +57,20 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.export import (
+    BatchSpanProcessor,
+    ConsoleSpanExporter,
+    SpanExporter,
+    SpanExportResult,
+)
 
 from telemetry import attributes as attr
+from telemetry import logfilter
+from telemetry.chain import chain_key
 from telemetry.masking import Masker, MaskMode
 from telemetry.metrics import MetricsSink
 from telemetry.observer import CallSink, OTelObserver, TracerSink
-from telemetry.spans import AttributeValue
+from telemetry.records import AttributeValue
 from telemetry.trail import SpanFileWriter, TrailSink
 
 __all__ = ["Telemetry", "configure"]
@@ -195,6 +215,7 @@ class Telemetry:
         meter_provider: MeterProvider | None,
         counters: Sequence[CountingSpanProcessor | CountingSpanExporter],
         masker: Masker,
+        log_filter: logfilter.MaskingFilter | None = None,
     ) -> None:
         self.observer = observer
         """Pass this to the guard (``observer=``)."""
@@ -207,12 +228,18 @@ class Telemetry:
         self.masker = masker
         """The masker every sink uses."""
         self._counters = tuple(counters)
+        self._log_filter = log_filter
         self._closed = False
 
     @property
     def trail_files(self) -> list[Path]:
         """The files the trail has written, oldest first."""
         return list(self.trail.writer.files) if self.trail is not None else []
+
+    @property
+    def trail_lost_spans(self) -> int:
+        """Spans the trail could not write (a call that could not be encoded, a full disk)."""
+        return self.trail.lost_spans if self.trail is not None else 0
 
     @property
     def dropped_spans(self) -> int:
@@ -241,6 +268,8 @@ class Telemetry:
             self.tracer_provider.shutdown()
         if self.meter_provider is not None:
             self.meter_provider.shutdown(int(timeout * 1000))
+        if self._log_filter is not None:
+            logfilter.uninstall(only=self._log_filter)
 
 
 def _resource_attributes(resource: Resource) -> dict[str, AttributeValue]:
@@ -289,11 +318,28 @@ def _otlp_metric_reader(endpoint: str | None, protocol: str) -> MetricReader:
     return PeriodicExportingMetricReader(HttpMetricExporter(endpoint=endpoint))
 
 
+_TRACES_EXPORTERS = frozenset({"otlp", "console", "none"})
+"""The ``OTEL_TRACES_EXPORTER`` values callgate honours."""
+
+
+def _global_provider() -> trace_api.TracerProvider | None:
+    """The application's global TracerProvider, or None when it has not set one."""
+    provider = trace_api.get_tracer_provider()
+    if isinstance(provider, trace_api.ProxyTracerProvider | trace_api.NoOpTracerProvider):
+        return None
+    return provider
+
+
+def masker_key(key: bytes | str) -> bytes:
+    """The masking key as bytes."""
+    return key.encode() if isinstance(key, str) else key
+
+
 def configure(
     *,
     service_name: str | None = None,
     resource_attributes: Mapping[str, str] | None = None,
-    trail: bool = True,
+    trail: bool | None = None,
     trail_dir: str | os.PathLike[str] | None = None,
     trail_max_bytes: int = 64 * 1024 * 1024,
     otlp: bool | None = None,
@@ -311,17 +357,27 @@ def configure(
     max_attribute_length: int | None = None,
     capture_content: bool | None = None,
     link_parent: bool = True,
+    use_global_provider: bool = True,
+    mask_logs: bool = True,
 ) -> Telemetry:
     """Wire the trail, OTLP export, the host's provider and metrics; returns the handle.
 
-    Arguments override the environment. ``span_exporter`` replaces the OTLP exporter (tests, other
-    backends) behind the same batch processor. ``masking_key`` should come from the deployment's
-    secrets; without one a random key is used and hashes do not correlate across restarts.
+    Arguments override the environment. ``trail`` None: on when ``trail_dir`` or
+    ``CALLGATE_TRAIL_DIR`` names a directory. ``span_exporter`` replaces the OTLP exporter (tests,
+    other backends) behind the same batch processor. ``use_global_provider``: replay spans through
+    the application's global ``TracerProvider`` when it has set one and ``tracer_provider`` is not
+    given. ``mask_logs`` masks what callgate's own loggers write (``telemetry.logfilter``): a
+    tool's exception or a validation error can hold argument values. ``masking_key`` should come from the deployment's secrets; without one a random key is
+    used and hashes do not correlate across restarts (see the module docstring).
     """
     version_ = _package_version()
     key = masking_key if masking_key is not None else os.environ.get("CALLGATE_MASKING_KEY")
+    keyed = bool(key)
     if not key:
-        log.warning("no masking key (CALLGATE_MASKING_KEY): hashes will not correlate across restarts")
+        log.warning(
+            "no masking key (CALLGATE_MASKING_KEY): principal and mask hashes will not correlate "
+            "across restarts, and the trail's chain is unkeyed; see the README, 'The masking key'"
+        )
         key = secrets.token_bytes(32)
     limit = max_attribute_length or int(
         os.environ.get("OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT")
@@ -329,12 +385,13 @@ def configure(
         or 1024
     )
     masker = Masker(
-        key=key.encode() if isinstance(key, str) else key,
+        key=masker_key(key),
         mode=MaskMode(mask_mode or os.environ.get("CALLGATE_MASK_MODE") or MaskMode.REDACT),
         max_length=limit,
     )
     if capture_content is None:
         capture_content = bool(_env_flag("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"))
+    log_filter = logfilter.install(masker) if mask_logs else None
 
     if _env_flag("OTEL_SDK_DISABLED"):
         return Telemetry(
@@ -344,6 +401,7 @@ def configure(
             meter_provider=None,
             counters=(),
             masker=masker,
+            log_filter=log_filter,
         )
 
     base: dict[str, Any] = dict(resource_attributes or {})
@@ -356,10 +414,17 @@ def configure(
     counters: list[CountingSpanProcessor | CountingSpanExporter] = []
 
     trail_sink = None
+    directory = trail_dir or os.environ.get("CALLGATE_TRAIL_DIR")
+    if trail is None:
+        trail = bool(directory)
     if trail:
-        directory = trail_dir or os.environ.get("CALLGATE_TRAIL_DIR") or "callgate-trail"
+        key_bytes = masker_key(key)
         trail_sink = TrailSink(
-            SpanFileWriter(directory, max_bytes=trail_max_bytes),
+            SpanFileWriter(
+                directory or "callgate-trail",
+                max_bytes=trail_max_bytes,
+                chain_key=chain_key(key_bytes) if keyed else None,
+            ),
             masker,
             resource=_resource_attributes(resource),
             scope_version=version_,
@@ -368,14 +433,27 @@ def configure(
         sinks.append(trail_sink)
 
     traces_exporters = _env_list("OTEL_TRACES_EXPORTER")
+    unknown = [name for name in traces_exporters if name not in _TRACES_EXPORTERS]
+    if unknown:
+        log.warning(
+            "OTEL_TRACES_EXPORTER=%s: callgate knows only %s; ignoring %s",
+            ",".join(traces_exporters),
+            ", ".join(sorted(_TRACES_EXPORTERS)),
+            ", ".join(unknown),
+        )
+    if tracer_provider is None and use_global_provider:
+        tracer_provider = _global_provider()
+    host_has_provider = tracer_provider is not None
     if otlp is None:
-        otlp = bool(
-            otlp_endpoint
-            or span_exporter is not None
-            or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        from_env = bool(
+            os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
             or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
             or "otlp" in traces_exporters
+        )
+        otlp = bool(
+            otlp_endpoint or span_exporter is not None or (from_env and not host_has_provider)
         ) and "none" not in traces_exporters
+    console = "console" in traces_exporters and "none" not in traces_exporters
     protocol = (
         otlp_protocol
         or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
@@ -383,17 +461,23 @@ def configure(
         or "http/protobuf"
     )
     own_provider = None
+    exporters: list[SpanExporter] = []
     if otlp:
-        exporter = CountingSpanExporter(
-            span_exporter or _otlp_span_exporter(otlp_endpoint, protocol, otlp_timeout)
-        )
-        batch = None if max_queue_size is None else min(512, max_queue_size)
-        processor = CountingSpanProcessor(
-            BatchSpanProcessor(exporter, max_queue_size=max_queue_size, max_export_batch_size=batch)
-        )
+        exporters.append(span_exporter or _otlp_span_exporter(otlp_endpoint, protocol, otlp_timeout))
+    if console:
+        exporters.append(ConsoleSpanExporter())
+    if exporters:
         own_provider = TracerProvider(resource=resource)
-        own_provider.add_span_processor(processor)
-        counters += [exporter, processor]
+        batch = None if max_queue_size is None else min(512, max_queue_size)
+        for inner in exporters:
+            exporter = CountingSpanExporter(inner)
+            processor = CountingSpanProcessor(
+                BatchSpanProcessor(
+                    exporter, max_queue_size=max_queue_size, max_export_batch_size=batch
+                )
+            )
+            own_provider.add_span_processor(processor)
+            counters += [exporter, processor]
         sinks.append(
             TracerSink(
                 own_provider.get_tracer(attr.INSTRUMENTATION_SCOPE, version_ or None),
@@ -444,4 +528,5 @@ def configure(
         meter_provider=own_meters,
         counters=counters,
         masker=masker,
+        log_filter=log_filter,
     )

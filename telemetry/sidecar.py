@@ -2,45 +2,64 @@
 
 An agent fleet on one host exports over OTLP (gRPC on 127.0.0.1:4317, HTTP protobuf or JSON on
 127.0.0.1:4318) without running a collector. Built on the official opentelemetry-proto messages and
-grpcio. Each accepted request becomes one OTLP JSON line. A malformed request gets the protocol's
-error answer (gRPC ``INVALID_ARGUMENT``, HTTP 400 with a ``google.rpc.Status`` body) and touches
-nothing else: no line is written, other clients carry on.
+grpcio. Each accepted request becomes one OTLP JSON line, encoded straight from the protobuf message
+(``telemetry._otlp_proto``) or, for canonical OTLP/JSON, checked and passed through
+(``telemetry._otlp_json``).
+
+A malformed request gets the protocol's error answer (gRPC ``INVALID_ARGUMENT``, HTTP 400 with a
+``google.rpc.Status`` body) and touches nothing else: no line is written, other clients carry on. A
+request with some malformed spans among good ones keeps the good ones and is answered with OTLP
+partial success (``rejected_spans`` and an error message).
+
+Resources are bounded: bodies (on the wire and inflated) by ``max_body``, the bytes all requests in
+flight hold by ``max_inflight``, HTTP connections by ``max_connections`` (idle ones closed after
+``idle_timeout``), concurrent gRPC calls by ``workers``. Binding an address other than loopback
+needs a bearer ``token`` (checked in constant time, on both endpoints) or an explicit ``insecure``.
 """
 
 from __future__ import annotations
 
-import gzip
+import contextlib
 import logging
 import threading
-import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent import futures
 from dataclasses import dataclass
-from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import grpc
-from google.protobuf import json_format  # type: ignore[import-untyped]
 from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
-from google.rpc import status_pb2  # type: ignore[import-untyped]
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc import TraceServiceServicer
 
-from telemetry.otlpjson import parse_request, request_to_json
+from telemetry._otlp_http import HTTPLimits, OTLPHTTPServer
+from telemetry._otlp_json import NotCanonical, pass_through
+from telemetry._otlp_limits import (
+    DECODE_FACTOR,
+    BodyTooLarge,
+    ByteBudget,
+    Unavailable,
+    bearer_matches,
+    is_loopback,
+)
+from telemetry._otlp_proto import Encoded, encode_request
+from telemetry._otlp_wire import encode_wire
+from telemetry.otlpjson import parse_request
 from telemetry.trail import SpanFileWriter
 
-__all__ = ["OTLPReceiver", "ReceiverStats", "TraceReceiver"]
+__all__ = ["Encoded", "OTLPReceiver", "ReceiverStats", "TraceReceiver"]
 
 log = logging.getLogger(__name__)
 
 _SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
-_MAX_BODY = 16 * 1024 * 1024
-_PROTOBUF = "application/x-protobuf"
 _JSON = "application/json"
+MAX_BODY = 4 * 1024 * 1024
+"""Default cap on one request body, on the wire and inflated (the Collector's gRPC default)."""
+MAX_INFLIGHT = 256 * 1024 * 1024
+"""Default cap on the bytes all requests in flight hold together, decoding included."""
 
 
 @dataclass(slots=True)
@@ -48,40 +67,99 @@ class ReceiverStats:
     """What the receiver has seen."""
 
     requests: int = 0
+    """Requests accepted (wholly or partly)."""
     spans: int = 0
+    """Spans written."""
     rejected: int = 0
-
-
-def _check(request: ExportTraceServiceRequest) -> int:
-    """Spans in ``request``; raises ``ValueError`` when an id has the wrong length."""
-    count = 0
-    for resource_spans in request.resource_spans:
-        for scope_spans in resource_spans.scope_spans:
-            for span in scope_spans.spans:
-                if len(span.trace_id) != 16 or len(span.span_id) != 8:
-                    raise ValueError("trace_id must be 16 bytes and span_id 8 bytes")
-                if span.parent_span_id and len(span.parent_span_id) != 8:
-                    raise ValueError("parent_span_id must be 8 bytes")
-                count += 1
-    return count
+    """Requests refused (malformed, too large, unauthorized, busy)."""
+    rejected_spans: int = 0
+    """Malformed spans left out of otherwise accepted requests."""
+    write_errors: int = 0
+    """Requests answered "unavailable" because their line could not be written."""
 
 
 class TraceReceiver(TraceServiceServicer):
     """Accepts ``ExportTraceServiceRequest`` messages and appends them to a ``SpanFileWriter``."""
 
-    def __init__(self, writer: SpanFileWriter) -> None:
+    def __init__(self, writer: SpanFileWriter, *, budget: ByteBudget | None = None) -> None:
         self.writer = writer
         self.stats = ReceiverStats()
+        self.budget = budget if budget is not None else ByteBudget(MAX_INFLIGHT)
         self._lock = threading.Lock()
 
-    def accept(self, request: ExportTraceServiceRequest) -> None:
-        """Validate and write one request; raises ``ValueError`` when it is malformed."""
-        count = _check(request)
-        if count:
-            self.writer.write_lines([request_to_json(request)])
+    def encode(self, request: ExportTraceServiceRequest) -> Encoded:
+        """``request`` as a line, malformed spans left out."""
+        return encode_request(request)
+
+    def encode_protobuf(self, body: bytes) -> Encoded:
+        """A serialized request as a line: read from the wire, or parsed with upb when unusual."""
+        encoded = encode_wire(body)
+        if encoded is not None:
+            return encoded
+        try:
+            request = ExportTraceServiceRequest.FromString(body)
+        except DecodeError as error:
+            raise ValueError(str(error)) from error
+        return self.encode(request)
+
+    def decode_json(self, body: bytes) -> Encoded:
+        """An OTLP/JSON body as a line: passed through when canonical, else via the message."""
+        try:
+            encoded = pass_through(body)
+            encoded.line.encode("utf-8")  # an escaped lone surrogate cannot be written
+            return encoded
+        except (NotCanonical, UnicodeEncodeError):
+            return self.encode(parse_request(body))
+
+    def accept(self, request: ExportTraceServiceRequest) -> Encoded:
+        """Write one request's good spans; raises ``ValueError`` when it has spans but no good one."""
+        return self._write(self.encode(request))
+
+    def accept_protobuf(self, body: bytes) -> Encoded:
+        """Write one serialized request; raises ``ValueError`` when malformed."""
+        with self._decoding(len(body)):
+            return self._write(self.encode_protobuf(body))
+
+    def accept_json(self, body: bytes) -> Encoded:
+        """Write one OTLP/JSON request; raises ``ValueError`` when malformed."""
+        with self._decoding(len(body)):
+            return self._write(self.decode_json(body))
+
+    @contextlib.contextmanager
+    def _decoding(self, size: int) -> Iterator[None]:
+        """Hold the memory decoding ``size`` bytes may take (``DECODE_FACTOR`` x) from the budget."""
+        need = size * DECODE_FACTOR
+        if not self.budget.reserve(need):
+            raise Unavailable("busy: too many bytes in flight")
+        try:
+            yield
+        finally:
+            self.budget.release(need)
+
+    def accept_body(self, body: bytes, content_type: str) -> Encoded:
+        """Write one OTLP/HTTP body (protobuf or JSON); raises ``ValueError`` when malformed."""
+        if content_type == _JSON:
+            return self.accept_json(body)
+        return self.accept_protobuf(body)
+
+    def _write(self, encoded: Encoded) -> Encoded:
+        if not encoded.spans and encoded.rejected:
+            raise ValueError(encoded.error)
+        if encoded.line:
+            try:
+                self.writer.write_lines([encoded.line])
+            except OSError as error:  # disk full, I/O error: the client keeps the spans and retries
+                log.error("sidecar: could not write spans: %s", error)
+                with self._lock:
+                    self.stats.write_errors += 1
+                raise Unavailable(
+                    f"spans could not be stored: {error.strerror or error}"
+                ) from error
         with self._lock:
             self.stats.requests += 1
-            self.stats.spans += count
+            self.stats.spans += encoded.spans
+            self.stats.rejected_spans += encoded.rejected
+        return encoded
 
     def reject(self) -> None:
         with self._lock:
@@ -89,14 +167,55 @@ class TraceReceiver(TraceServiceServicer):
 
     def Export(self, request: Any, context: grpc.ServicerContext) -> ExportTraceServiceResponse:
         """The gRPC method. Requests arrive as bytes so a malformed one is ours to answer."""
+        size = len(request) if isinstance(request, bytes) else 0
+        try:
+            reserved = self.budget.reserve(size)
+        except BodyTooLarge as error:
+            self.reject()
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(error))
+        if not reserved:
+            self.reject()
+            context.abort(grpc.StatusCode.UNAVAILABLE, "busy: too many bytes in flight")
         try:
             if isinstance(request, bytes):
-                request = ExportTraceServiceRequest.FromString(request)
-            self.accept(request)
-        except (DecodeError, ValueError) as error:
+                encoded = self.accept_protobuf(request)
+            else:
+                encoded = self.accept(request)
+        except BodyTooLarge as error:
+            self.reject()
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(error))
+        except (DecodeError, ValueError, RecursionError) as error:
             self.reject()
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed request: {error}")
-        return ExportTraceServiceResponse()
+        except Unavailable as error:
+            self.reject()
+            context.abort(grpc.StatusCode.UNAVAILABLE, str(error))
+        finally:
+            self.budget.release(size)
+        response = ExportTraceServiceResponse()
+        if encoded.rejected:
+            response.partial_success.rejected_spans = encoded.rejected
+            response.partial_success.error_message = encoded.error
+        return response
+
+
+class _TokenCheck(grpc.ServerInterceptor):  # type: ignore[misc]
+    """Refuses a call whose ``authorization`` metadata is not ``Bearer <token>``: UNAUTHENTICATED."""
+
+    def __init__(self, token: bytes, on_reject: Callable[[], None]) -> None:
+        self._token = token
+
+        def deny(request: Any, context: grpc.ServicerContext) -> None:
+            on_reject()
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
+
+        self._deny = grpc.unary_unary_rpc_method_handler(deny)
+
+    def intercept_service(self, continuation: Any, details: grpc.HandlerCallDetails) -> Any:
+        for key, value in details.invocation_metadata or ():
+            if key == "authorization" and bearer_matches(value, self._token):
+                return continuation(details)
+        return self._deny
 
 
 def _grpc_handler(receiver: TraceReceiver) -> grpc.GenericRpcHandler:
@@ -108,84 +227,13 @@ def _grpc_handler(receiver: TraceReceiver) -> grpc.GenericRpcHandler:
     return grpc.method_handlers_generic_handler(_SERVICE, {"Export": method})
 
 
-def _http_handler(receiver: TraceReceiver) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        server_version = "callgate-sidecar"
-
-        def log_message(self, format: str, *args: Any) -> None:
-            log.debug("http %s", format % args)
-
-        def _answer(self, status: int, body: bytes, content_type: str) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def _error(self, status: int, message: str, content_type: str) -> None:
-            receiver.reject()
-            error = status_pb2.Status(code=3 if status == 400 else 2, message=message)
-            if content_type == _JSON:
-                self._answer(status, json_format.MessageToJson(error).encode(), _JSON)
-            else:
-                self._answer(status, error.SerializeToString(), _PROTOBUF)
-
-        def do_POST(self) -> None:
-            content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
-            answer_type = _JSON if content_type == _JSON else _PROTOBUF
-            if self.path.split("?")[0].rstrip("/") != "/v1/traces":
-                self._drain()
-                self._error(HTTPStatus.NOT_FOUND, "unknown path; use /v1/traces", answer_type)
-                return
-            length = int(self.headers.get("Content-Length") or 0)
-            if length > _MAX_BODY:
-                self.close_connection = True
-                self._error(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "request too large", answer_type)
-                return
-            body = self.rfile.read(length)
-            if content_type not in (_JSON, _PROTOBUF):
-                self._error(HTTPStatus.UNSUPPORTED_MEDIA_TYPE, "unsupported content type", answer_type)
-                return
-            try:
-                body = self._decompress(body)
-                if content_type == _JSON:
-                    request = parse_request(body)
-                else:
-                    request = ExportTraceServiceRequest.FromString(body)
-                receiver.accept(request)
-            except (DecodeError, ValueError, OSError, EOFError, zlib.error) as error:
-                self._error(HTTPStatus.BAD_REQUEST, f"malformed request: {error}", answer_type)
-                return
-            response = ExportTraceServiceResponse()
-            if answer_type == _JSON:
-                self._answer(HTTPStatus.OK, json_format.MessageToJson(response).encode(), _JSON)
-            else:
-                self._answer(HTTPStatus.OK, response.SerializeToString(), _PROTOBUF)
-
-        def _drain(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            if 0 < length <= _MAX_BODY:
-                self.rfile.read(length)
-
-        def _decompress(self, body: bytes) -> bytes:
-            encoding = (self.headers.get("Content-Encoding") or "").strip().lower()
-            if encoding == "gzip":
-                return gzip.decompress(body)
-            if encoding == "deflate":
-                return zlib.decompress(body)
-            if encoding not in ("", "identity"):
-                raise ValueError(f"unsupported content encoding {encoding!r}")
-            return body
-
-    return Handler
-
-
 class OTLPReceiver:
     """gRPC and HTTP OTLP trace endpoints in front of one ``SpanFileWriter``.
 
     Port 0 picks a free port; the bound ports are in ``grpc_port`` and ``http_port`` after ``start``.
-    Either endpoint can be turned off with ``None``.
+    Either endpoint can be turned off with ``None``. ``token`` (if given) must come as
+    ``authorization: Bearer <token>`` on every request; a ``host`` that is not loopback is refused
+    (``ValueError``) without a token unless ``insecure`` is true.
     """
 
     def __init__(
@@ -196,14 +244,39 @@ class OTLPReceiver:
         grpc_port: int | None = 4317,
         http_port: int | None = 4318,
         workers: int = 8,
+        token: str | bytes | None = None,
+        insecure: bool = False,
+        max_body: int = MAX_BODY,
+        max_inflight: int = MAX_INFLIGHT,
+        max_connections: int = 128,
+        idle_timeout: float = 30.0,
+        request_timeout: float = 60.0,
     ) -> None:
-        self.receiver = TraceReceiver(writer)
+        if isinstance(token, str):
+            token = token.encode("utf-8")
+        if token is not None and not token.strip():
+            raise ValueError("the bearer token is empty")
+        if not is_loopback(host):
+            if token is None and not insecure:
+                raise ValueError(
+                    f"refusing to bind {host!r} (not loopback) without a bearer token; give one "
+                    "(--token-file, CALLGATE_SIDECAR_TOKEN; token=...), or --insecure "
+                    "(insecure=True) to accept spans from anyone who can reach it"
+                )
+            if token is None:
+                log.warning("sidecar: binding %s with no authentication (insecure)", host)
+        self.receiver = TraceReceiver(writer, budget=ByteBudget(max_inflight))
         self.host = host
         self.grpc_port = grpc_port
         self.http_port = http_port
+        self.token = token
+        self.max_body = max_body
+        self.max_connections = max_connections
+        self.idle_timeout = idle_timeout
+        self.request_timeout = request_timeout
         self._workers = workers
         self._grpc: grpc.Server | None = None
-        self._http: ThreadingHTTPServer | None = None
+        self._http: OTLPHTTPServer | None = None
         self._http_thread: threading.Thread | None = None
 
     @property
@@ -212,18 +285,43 @@ class OTLPReceiver:
 
     def start(self) -> OTLPReceiver:
         """Bind and serve in background threads; returns self."""
+        receiver = self.receiver
         if self.grpc_port is not None:
+            interceptors = [] if self.token is None else [_TokenCheck(self.token, receiver.reject)]
             server = grpc.server(
-                futures.ThreadPoolExecutor(max_workers=self._workers, thread_name_prefix="otlp-grpc"),
-                options=[("grpc.max_receive_message_length", _MAX_BODY)],
+                futures.ThreadPoolExecutor(
+                    max_workers=self._workers, thread_name_prefix="otlp-grpc"
+                ),
+                interceptors=interceptors,
+                options=[
+                    ("grpc.max_receive_message_length", self.max_body),
+                    # gRPC connections hold no thread; closing them at a short idle timeout races
+                    # a client starting its next call (GOAWAY, UNAVAILABLE): at least 5 minutes.
+                    ("grpc.max_connection_idle_ms", int(max(self.idle_timeout, 300.0) * 1000)),
+                    ("grpc.max_concurrent_streams", self._workers),
+                ],
+                maximum_concurrent_rpcs=self._workers * 2,
             )
-            server.add_generic_rpc_handlers((_grpc_handler(self.receiver),))
-            self.grpc_port = server.add_insecure_port(f"{self.host}:{self.grpc_port}")
+            server.add_generic_rpc_handlers((_grpc_handler(receiver),))
+            address = f"[{self.host}]" if ":" in self.host else self.host
+            self.grpc_port = server.add_insecure_port(f"{address}:{self.grpc_port}")
             server.start()
             self._grpc = server
         if self.http_port is not None:
-            http = ThreadingHTTPServer((self.host, self.http_port), _http_handler(self.receiver))
-            http.daemon_threads = True
+            limits = HTTPLimits(
+                max_body=self.max_body,
+                budget=receiver.budget,
+                max_connections=self.max_connections,
+                idle_timeout=self.idle_timeout,
+                request_timeout=self.request_timeout,
+                token=self.token,
+            )
+            http = OTLPHTTPServer(
+                (self.host, self.http_port),
+                lambda body, content_type: self.receiver.accept_body(body, content_type),
+                limits,
+                lambda: self.receiver.reject(),
+            )
             self.http_port = http.server_address[1]
             thread = threading.Thread(
                 target=http.serve_forever, args=(0.05,), name="otlp-http", daemon=True
@@ -231,6 +329,11 @@ class OTLPReceiver:
             thread.start()
             self._http, self._http_thread = http, thread
         return self
+
+    @property
+    def http_server(self) -> OTLPHTTPServer | None:
+        """The HTTP server while running (its connection counters are for tests and the CLI)."""
+        return self._http
 
     def stop(self, grace: float = 2.0) -> None:
         """Stop accepting, finish requests in flight (up to ``grace`` s), close the file."""

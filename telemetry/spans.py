@@ -2,67 +2,46 @@
 
 One call becomes one parent span (``execute_tool {tool}``) and one child span per stage that ran
 (``guard.<stage>``), retries as events on the execute stage span. Every value that could carry data
-passes through the ``Masker`` here, before it becomes an attribute. Both exporters (the OTLP JSON trail
-and spans through an OpenTelemetry tracer) are fed from these records, so they cannot disagree.
+passes through the ``Masker`` here, before it becomes an attribute, and every string is made
+encodable (``telemetry.records.encodable``). All exporters (the OTLP JSON trail, spans through an
+OpenTelemetry tracer) are fed from these records, through one encoder (``telemetry.encoder``).
 """
 
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
 from guard.call import Call
 from guard.codes import Code
 from guard.result import ToolResult
 from telemetry import attributes as attr
+from telemetry.encoder import encode_shaped, encode_span
 from telemetry.masking import Masker, detect_injection
+from telemetry.records import (
+    STATUS_ERROR,
+    STATUS_UNSET,
+    AttributeValue,
+    EventRecord,
+    Shape,
+    SpanRecord,
+    _shapes,
+    encodable,
+    encodable_attributes,
+    new_ids,
+    stage_shape,
+)
 
 __all__ = [
     "AttributeValue",
     "EventRecord",
     "SpanRecord",
     "build_call_spans",
+    "call_attributes",
+    "encode_call",
 ]
 
-AttributeValue: TypeAlias = str | bool | int | float | list[str]
-"""The attribute value types the contract uses."""
-
-KIND_INTERNAL = 1
-"""OTLP ``SPAN_KIND_INTERNAL``."""
-STATUS_UNSET = 0
-STATUS_ERROR = 2
-
 _PENDING_CODES = frozenset({Code.CONFIRMATION_REQUIRED, Code.TAINTED_CONTEXT})
-
-
-@dataclass(slots=True, kw_only=True)
-class EventRecord:
-    """A timestamped event on a span (a retry)."""
-
-    name: str
-    time_ns: int
-    attributes: list[tuple[str, AttributeValue]]
-
-
-@dataclass(slots=True, kw_only=True)
-class SpanRecord:
-    """One span, ready to encode or replay through a tracer. Ids are lowercase hex."""
-
-    trace_id: str
-    span_id: str
-    parent_span_id: str
-    """Empty for a root span."""
-    name: str
-    start_ns: int
-    end_ns: int
-    attributes: Sequence[tuple[str, AttributeValue]]
-    kind: int = KIND_INTERNAL
-    status_code: int = STATUS_UNSET
-    status_message: str = ""
-    events: list[EventRecord] = field(default_factory=list)
 
 
 def _masked_arguments(call: Call, masker: Masker) -> str | None:
@@ -75,44 +54,23 @@ def _masked_arguments(call: Call, masker: Masker) -> str | None:
     if call.parsed is not None:
         return masker.json(call.parsed, sensitive)
     if call.raw_arguments is not None:
-        if sensitive:  # text that is not JSON: the field names still say where secrets are
-            try:
-                return masker.json(json.loads(call.raw_arguments), sensitive)
-            except ValueError:
-                pass
-        return masker.text(call.raw_arguments)
+        return masker.raw_json(call.raw_arguments, sensitive)
     return None
 
 
-_BYTE_HEX = [format(index, "02x") for index in range(256)]
+_Stage: TypeAlias = tuple[str, Shape, int, int, list[EventRecord] | None]
+"""A stage span in a call's layout: span id, shape, start, end, retry events (execute only)."""
 
 
-def new_ids(stages: int) -> tuple[str, list[str]]:
-    """A random trace id, and span ids that share a random 56-bit prefix and differ in the last byte.
-
-    Ids need only be unique within their trace; one ``urandom`` per call keeps this cheap.
-    """
-    raw = os.urandom(23).hex()
-    if stages >= 255:  # pragma: no cover - no pipeline has that many stages
-        more = os.urandom(8 * (stages + 1)).hex()
-        return raw[:32], [more[16 * index : 16 * index + 16] for index in range(stages + 1)]
-    prefix = raw[32:46]
-    return raw[:32], [prefix + _BYTE_HEX[index + 1] for index in range(stages + 1)]
-
-
-def build_call_spans(
+def _layout(
     call: Call,
     result: ToolResult,
     masker: Masker,
-    *,
-    capture_content: bool = False,
-    parent: tuple[str, str] | None = None,
-) -> list[SpanRecord]:
-    """The call span first, then one span per stage, in the order the stages ran.
-
-    ``parent`` is ``(trace_id, span_id)`` in hex of the host's span that was current when the call
-    ended, so the call joins the agent's trace; otherwise the call span starts a trace of its own.
-    """
+    capture_content: bool,
+    parent: tuple[str, str] | None,
+    check_text: bool,
+) -> tuple[SpanRecord, list[_Stage]]:
+    """The call span's record and its stage spans: the one place a call's spans are laid out."""
     chain, marks = call.chain, call.marks
     ran = max(len(marks) - 1, 0)  # stage i ran from marks[i] to marks[i + 1]
     trace_id, span_ids = new_ids(ran)
@@ -122,88 +80,129 @@ def build_call_spans(
         parent_id = ""
     call_span_id = span_ids[0]
     code = result.code
-    attributes = call_attributes(call, result, masker, capture_content)
-    end_ns = call.end_ns or (marks[-1] if marks else call.start_ns)
-    spans = [
-        SpanRecord(
-            trace_id=trace_id,
-            span_id=call_span_id,
-            parent_span_id=parent_id,
-            name=attr.CALL_SPAN_PREFIX + str(attributes[1][1]),
-            start_ns=call.start_ns,
-            end_ns=end_ns,
-            attributes=attributes,
-            status_code=STATUS_UNSET if result.ok else STATUS_ERROR,
-            status_message="" if result.ok else str(code),
-        )
-    ]
+    tool_name, attributes = call_attributes(call, result, masker, capture_content, check_text)
+    code_text = str(code)
+    head = SpanRecord(
+        trace_id=trace_id,
+        span_id=call_span_id,
+        parent_span_id=parent_id,
+        name=attr.CALL_SPAN_PREFIX + tool_name,
+        start_ns=call.start_ns,
+        end_ns=call.end_ns or (marks[-1] if marks else call.start_ns),
+        attributes=attributes,
+        status_code=STATUS_UNSET if result.ok else STATUS_ERROR,
+        status_message="" if result.ok else code_text,
+    )
     last_outcome = "final" if result.ok else "reject"
+    fixable = _fixable(code)
+    shapes = _shapes
+    stages: list[_Stage] = []
     for index in range(ran):
         last = index == ran - 1
-        name, shared, status_code, status_message = stage_shape(
-            chain[index], last_outcome if last else "pass", code if last else None
-        )
-        record = SpanRecord(
-            trace_id=trace_id,
-            span_id=span_ids[index + 1],
-            parent_span_id=call_span_id,
-            name=name,
-            start_ns=marks[index],
-            end_ns=marks[index + 1],
-            attributes=shared,
-            status_code=status_code,
-            status_message=status_message,
-        )
+        key = (chain[index], last_outcome if last else "pass", code_text if last else None,
+               fixable if last else None)  # fmt: skip
+        events = None
         if call.retries and chain[index] == "execute":
-            record.events = [
+            events = [
                 EventRecord(
                     name=attr.RETRY_EVENT,
                     time_ns=retry.at_ns,
                     attributes=[
                         (attr.RETRY_ATTEMPT, retry.attempt),
-                        (attr.RETRY_ERROR, retry.error),
+                        (attr.RETRY_ERROR, encodable(retry.error)),
                         (attr.RETRY_DELAY, float(retry.delay)),
                     ],
                 )
                 for retry in call.retries
             ]
-        spans.append(record)
-    return spans
+        stages.append(
+            (span_ids[index + 1], shapes.get(key) or stage_shape(*key), marks[index],
+             marks[index + 1], events)
+        )  # fmt: skip
+    return head, stages
 
 
-_Shape: TypeAlias = tuple[str, tuple[tuple[str, AttributeValue], ...], int, str]
-_shapes: dict[tuple[str, str, Code | None], _Shape] = {}
+def build_call_spans(
+    call: Call,
+    result: ToolResult,
+    masker: Masker,
+    *,
+    capture_content: bool = False,
+    parent: tuple[str, str] | None = None,
+    check_text: bool = True,
+) -> list[SpanRecord]:
+    """The call span first, then one span per stage, in the order the stages ran.
 
-
-def stage_shape(name: str, outcome: str, code: Code | None) -> _Shape:
-    """Name, attributes and status of a stage span: few distinct ones, so built once each.
-
-    The attributes are a tuple shared between spans (and cached whole by the encoder).
+    ``parent`` is ``(trace_id, span_id)`` in hex of the host's span that was current when the call
+    ended, so the call joins the agent's trace; otherwise the call span starts a trace of its own.
+    ``check_text`` makes every string encodable (``guard.text_replaced`` says when it had to); the
+    trail skips it and calls again with it only for a call whose text does not encode.
     """
-    key = (name, outcome, code)
-    shape = _shapes.get(key)
-    if shape is None:
-        attributes: list[tuple[str, AttributeValue]] = [
-            (attr.STAGE_NAME, name),
-            (attr.STAGE_OUTCOME, outcome),
-        ]
-        if code is not None:
-            attributes.append((attr.STAGE_CODE, str(code)))
-        rejected = outcome == "reject"
-        shape = (
-            attr.STAGE_SPAN_PREFIX + name,
-            tuple(attributes),
-            STATUS_ERROR if rejected else STATUS_UNSET,
-            str(code) if rejected and code is not None else "",
+    head, stages = _layout(call, result, masker, capture_content, parent, check_text)
+    records = [head]
+    for span_id, (name, attributes, status_code, status_message), start, end, events in stages:
+        records.append(
+            SpanRecord(
+                trace_id=head.trace_id,
+                span_id=span_id,
+                parent_span_id=head.span_id,
+                name=name,
+                start_ns=start,
+                end_ns=end,
+                attributes=attributes,
+                status_code=status_code,
+                status_message=status_message,
+                events=events or (),
+            )
         )
-        if len(_shapes) < 4096:
-            _shapes[key] = shape
-    return shape
+    return records
+
+
+def encode_call(
+    call: Call,
+    result: ToolResult,
+    masker: Masker,
+    *,
+    capture_content: bool = False,
+    parent: tuple[str, str] | None = None,
+    check_text: bool = True,
+) -> str:
+    """The spans of one finished call as OTLP JSON span objects, comma-separated.
+
+    The text ``encode_span`` makes of each of ``build_call_spans``'s records (a test holds them
+    equal), from the same layout; stage spans come from their shape's cached text
+    (``encode_shaped``) rather than a record each. ``encode_spans`` wraps calls into a line.
+    """
+    head, stages = _layout(call, result, masker, capture_content, parent, check_text)
+    trace_id, call_span_id = head.trace_id, head.span_id
+    parts = [encode_span(head)]
+    for span_id, shape, start, end, events in stages:
+        if events:
+            name, attributes, status_code, status_message = shape
+            record = SpanRecord(
+                trace_id=trace_id, span_id=span_id, parent_span_id=call_span_id, name=name,
+                start_ns=start, end_ns=end, attributes=attributes, status_code=status_code,
+                status_message=status_message, events=events,
+            )  # fmt: skip
+            parts.append(encode_span(record))
+        else:
+            parts.append(encode_shaped(trace_id, span_id, call_span_id, shape, start, end))
+    return ",".join(parts)
+
+
+def _fixable(code: Any) -> bool:
+    return bool(getattr(code, "fixable", False))
+
+
+def _code_stage(code: Any) -> str | None:
+    stage = getattr(code, "stage", None)
+    return stage if isinstance(stage, str) else None
 
 
 def call_attributes(
-    call: Call, result: ToolResult, masker: Masker, capture_content: bool
-) -> list[tuple[str, AttributeValue]]:
+    call: Call, result: ToolResult, masker: Masker, capture_content: bool, check_text: bool = True
+) -> tuple[str, list[tuple[str, AttributeValue]]]:
+    """The (encodable) tool name as the span name shows it, and the call span's attributes."""
     code = result.code
     spec = call.spec
     tool_name = call.tool if spec is not None and spec.name == call.tool else masker.text(call.tool)
@@ -211,10 +210,10 @@ def call_attributes(
         (attr.GEN_AI_OPERATION_NAME, attr.OPERATION_EXECUTE_TOOL),
         (attr.GEN_AI_TOOL_NAME, tool_name),
         (attr.GEN_AI_TOOL_TYPE, "function"),
-        (attr.GEN_AI_CONVERSATION_ID, call.session_id),
+        (attr.GEN_AI_CONVERSATION_ID, masker.identifier(call.session_id)),
         (attr.CODE, str(code)),
         (attr.OK, result.ok),
-        (attr.FIXABLE, code.fixable),
+        (attr.FIXABLE, _fixable(code)),
         (attr.REPLAYED, result.replayed),
         (attr.CONFIRMED, call.confirmed),
         (attr.RESUMED, call.approval is not None),
@@ -226,6 +225,9 @@ def call_attributes(
         (attr.ROLE, call.principal.role),
         (attr.MESSAGE, masker.text(result.message)),
     ]
+    stage = _code_stage(code)
+    if stage is not None:
+        items.append((attr.CODE_STAGE, stage))
     if call.call_id is not None:
         items.append((attr.GEN_AI_TOOL_CALL_ID, masker.text(call.call_id)))
     if not result.ok:
@@ -269,4 +271,7 @@ def call_attributes(
         data: Any = call.result_data if call.result_data is not None else result.data
         if data is not None:
             items.append((attr.GEN_AI_TOOL_CALL_RESULT, masker.json(data)))
-    return items
+    if check_text and encodable_attributes(items):
+        items.append((attr.TEXT_REPLACED, True))
+        tool_name = encodable(tool_name)
+    return tool_name, items

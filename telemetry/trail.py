@@ -1,10 +1,13 @@
-"""The local trail: OTLP JSON lines in files, one file per process, rotated by size.
+"""The local trail: OTLP JSON lines in files, one file per process, rotated by size, chained.
 
 ``SpanFileWriter`` appends whole lines (one ``write`` per batch on an ``O_APPEND`` descriptor) to
 ``<prefix>-<start time>-<pid>-<seq>.jsonl`` and starts the next file once the current one passes
-``max_bytes``. The sidecar writes through it too. ``TrailSink`` is the observer's side: it takes
-finished calls off the calling thread, masks and encodes them on its own thread, and never drops one
-(a full queue makes the caller wait: the trail is an audit record, it must be complete).
+``max_bytes``. The sidecar writes through it too. Every line carries a link of a hash chain
+(``telemetry.chain``) so ``callgate verify`` can show the files were not edited. A write that fails
+(a full disk) is truncated back to the last whole line, counted, and raised as ``TrailWriteError``;
+the writer keeps going. ``TrailSink`` is the observer's side: it takes finished calls off the
+calling thread, masks and encodes them on its own thread, and never drops one (a full queue makes
+the caller wait: the trail is an audit record, it must be complete); what it cannot write it counts.
 """
 
 from __future__ import annotations
@@ -20,20 +23,43 @@ from typing import Any
 from guard.call import Call
 from guard.result import ToolResult
 from telemetry import attributes as attr
+from telemetry.chain import Chain
+from telemetry.encoder import encode_spans
 from telemetry.masking import Masker
-from telemetry.otlpjson import encode_call, encode_spans
-from telemetry.spans import AttributeValue
+from telemetry.records import AttributeValue, encodable
+from telemetry.spans import encode_call
 from telemetry.worker import BatchWorker
 
-__all__ = ["SpanFileWriter", "TrailSink"]
+__all__ = ["SpanFileWriter", "TrailSink", "TrailWriteError"]
 
 log = logging.getLogger(__name__)
 
 _FILE_SUFFIX = ".jsonl"
 
 
+def _encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+class TrailWriteError(OSError):
+    """Lines could not be written (disk full, I/O error); the file was cut back to whole lines."""
+
+    def __init__(self, lost: int, cause: OSError) -> None:
+        super().__init__(cause.errno, f"{lost} trail lines not written: {cause.strerror or cause}")
+        self.lost = lost
+        """How many of the lines given were not written (all of them)."""
+
+
 class SpanFileWriter:
-    """Appends OTLP JSON lines to size-rotated files in ``directory``. Thread-safe."""
+    """Appends OTLP JSON lines to size-rotated files in ``directory``. Thread-safe.
+
+    ``chain_key`` keys the chain's MACs (``callgate verify`` needs the same key); without one the
+    chain is plain SHA-256, which shows damage and reordering but not a deliberate edit.
+    """
 
     def __init__(
         self,
@@ -41,6 +67,7 @@ class SpanFileWriter:
         *,
         prefix: str = "spans",
         max_bytes: int = 64 * 1024 * 1024,
+        chain_key: bytes | None = None,
     ) -> None:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -51,14 +78,25 @@ class SpanFileWriter:
         self._fd: int | None = None
         self._size = 0
         self._lock = threading.Lock()
+        self._chain = Chain(chain_key)
         self.files: list[Path] = []
         """Every file this writer has opened, oldest first."""
         self.lines = 0
         """Lines written so far."""
+        self.lost_lines = 0
+        """Lines that could not be written (each failed write's lines), never on disk."""
+        self.write_errors = 0
+        """Failed writes."""
+        self.replaced_lines = 0
+        """Lines that held text UTF-8 cannot carry (replaced by U+FFFD, written)."""
+
+    @property
+    def chain_id(self) -> str:
+        """The id of this writer's chain (on every line it writes)."""
+        return self._chain.id
 
     def _open_next(self) -> int:
-        if self._fd is not None:
-            os.close(self._fd)
+        self._close_fd()
         self._seq += 1
         name = f"{self._prefix}-{self._stamp}-{os.getpid()}-{self._seq:04d}{_FILE_SUFFIX}"
         path = self.directory / name
@@ -67,29 +105,76 @@ class SpanFileWriter:
         self.files.append(path)
         return self._fd
 
-    def write_lines(self, lines: list[str]) -> None:
-        """Append ``lines`` (each without its newline) as whole lines; rotate first when full."""
+    def _close_fd(self) -> None:
+        if self._fd is not None:
+            try:
+                os.close(self._fd)
+            except OSError:  # pragma: no cover - close fails only on a broken device
+                log.exception("could not close %s", self.files[-1])
+            self._fd = None
+
+    def _encode(self, line: str | bytes) -> bytes:
+        if isinstance(line, bytes):
+            return line
+        try:
+            return line.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate: only ever inside a JSON string
+            self.replaced_lines += 1
+            return encodable(line).encode("utf-8")
+
+    def write_lines(self, lines: list[str] | list[bytes]) -> None:
+        """Append ``lines`` (each without its newline; text, or UTF-8 bytes) as whole, chained
+        lines; rotate first when full.
+
+        Raises ``TrailWriteError`` when the write fails; the file then ends at its last whole line
+        (or, if it cannot be cut back, the next write starts a new file), the lines are counted in
+        ``lost_lines`` and the chain goes on from the last line that was written.
+        """
         if not lines:
             return
-        data = ("\n".join(lines) + "\n").encode("utf-8")
         with self._lock:
-            fd = self._fd
-            if fd is None or (self._size > 0 and self._size + len(data) > self._max_bytes):
-                fd = self._open_next()
-            view = memoryview(data)
+            mark = self._chain.mark()
+            pieces: list[bytes | memoryview] = []
+            for line in lines:
+                pieces.extend(self._chain.link_parts(self._encode(line)))
+                pieces.append(b"\n")
+            data = b"".join(pieces)
+            try:
+                fd = self._fd
+                if fd is None or (self._size > 0 and self._size + len(data) > self._max_bytes):
+                    fd = self._open_next()
+                self._write_all(fd, data)
+            except OSError as error:
+                self._chain.reset(mark)
+                self.lost_lines += len(lines)
+                self.write_errors += 1
+                raise TrailWriteError(len(lines), error) from error
+            self._size += len(data)
+            self.lines += len(lines)
+
+    def _write_all(self, fd: int, data: bytes) -> None:
+        view = memoryview(data)
+        try:
             while view:
                 written = os.write(fd, view)
                 view = view[written:]
-            self._size += len(data)
-            self.lines += len(lines)
+        except OSError:
+            try:
+                os.ftruncate(fd, self._size)  # back to the last whole line
+            except OSError:
+                log.exception("could not cut %s back to whole lines; starting a new file", self.files[-1])
+                self._close_fd()
+            raise
 
     def close(self) -> None:
         """Flush to disk and close the current file."""
         with self._lock:
             if self._fd is not None:
-                os.fsync(self._fd)
-                os.close(self._fd)
-                self._fd = None
+                try:
+                    os.fsync(self._fd)
+                except OSError:
+                    log.exception("could not fsync %s", self.files[-1])
+                self._close_fd()
 
 
 class TrailSink:
@@ -114,7 +199,9 @@ class TrailSink:
         self.spans = 0
         """Spans written so far."""
         self.errors = 0
-        """Calls whose spans could not be built (a bug; logged)."""
+        """Calls whose spans could not be built (a bug; logged): their spans are in ``lost_spans``."""
+        self.lost_spans = 0
+        """Spans that never reached the file: calls that could not be built, writes that failed."""
         self._worker: BatchWorker[tuple[Call, ToolResult, Any]] = BatchWorker(
             self._write,
             name="callgate-trail",
@@ -134,27 +221,59 @@ class TrailSink:
 
     def _write(self, batch: list[tuple[Call, ToolResult, Any]]) -> None:
         spans: list[str] = []
-        masker = self._masker
-        capture = self._capture_content
-        for call, result, parent in batch:
+        built: list[tuple[Call, ToolResult, Any]] = []
+        count = 0
+        for item in batch:
+            text = self._encode(*item, check_text=False)
+            if text is not None:
+                spans.append(text)
+                built.append(item)
+                count += max(len(item[0].marks), 1)
+        if not spans:
+            return
+        try:
+            try:
+                data = self._line(spans).encode("utf-8")
+            except UnicodeEncodeError:  # a call held text UTF-8 cannot carry: redo those calls
+                spans = [
+                    text if _encodes(text) else (self._encode(*item, check_text=True) or "")
+                    for text, item in zip(spans, built, strict=True)
+                ]
+                data = self._line([text for text in spans if text]).encode("utf-8")
+            self.writer.write_lines([data])
+        except Exception:
+            self.lost_spans += count
+            log.exception("the trail lost %d spans", count)
+            return
+        self.spans += count
+
+    def _encode(self, call: Call, result: ToolResult, parent: Any, *, check_text: bool) -> str | None:
+        """The call's spans as text, or None (counted) when they cannot be built."""
+        try:
             link = None
             if parent is not None:
                 link = (format(parent.trace_id, "032x"), format(parent.span_id, "016x"))
-            try:
-                spans.append(encode_call(call, result, masker, capture_content=capture, parent=link))
-            except Exception:  # one bad record must not cost the batch
-                log.exception("could not build the spans of call %r", call.call_id)
-                self.errors += 1
-                continue
-            self.spans += max(len(call.marks), 1)
-        line = encode_spans(
+            return encode_call(
+                call,
+                result,
+                self._masker,
+                capture_content=self._capture_content,
+                parent=link,
+                check_text=check_text,
+            )
+        except Exception:  # one bad record must not cost the batch
+            log.exception("could not build the spans of call %r", encodable(str(call.call_id)))
+            self.errors += 1
+            self.lost_spans += max(len(call.marks), 1)
+            return None
+
+    def _line(self, spans: list[str]) -> str:
+        return encode_spans(
             spans,
             resource=self._resource,
             scope_name=attr.INSTRUMENTATION_SCOPE,
             scope_version=self._scope_version,
         )
-        if spans:
-            self.writer.write_lines([line])
 
     def force_flush(self, timeout: float | None = None) -> bool:
         """Wait until every queued call is on disk."""

@@ -7,7 +7,14 @@ import inspect
 
 import pytest
 
-PACKAGES = ["guard", "guard.stores", "guard.providers", "guard.shop", "guard.stages"]
+PACKAGES = [
+    "guard",
+    "guard.stores",
+    "guard.providers",
+    "guard.shop",
+    "guard.stages",
+    "callgate.adapters",
+]
 
 
 def _isort_style(name: str) -> tuple[int, str]:

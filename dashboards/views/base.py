@@ -8,6 +8,7 @@ from datetime import timedelta
 
 from analytics.metrics import FilterOptions, Filters
 
+from ..safe import link
 from ..settings import Settings
 from ..source import Source
 
@@ -38,6 +39,8 @@ class Page:
 
 
 def trace_link(**params: str) -> str:
-    """A relative link that opens the Trace explorer on a trace, session or call id."""
-    query = "&".join(f"{k}={v}" for k, v in params.items())
-    return f"?page=trace&{query}"
+    """A relative link that opens the Trace explorer on a trace, session or call id.
+
+    The values are URL-encoded: an id with ``&``, ``#`` or spaces stays one parameter.
+    """
+    return link(page="trace", **params)

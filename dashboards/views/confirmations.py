@@ -23,7 +23,9 @@ _COLORS = {
 def render(ctx: PageContext) -> None:
     """The funnel in total and per tool, and its outcomes over time."""
     st.header("Confirmations")
-    found = data.confirmations(ctx.source, ctx.filters, bucket=ctx.bucket)
+    found = data.confirmations(
+        ctx.source, ctx.filters, bucket=ctx.bucket, confirmation_ttl=ctx.settings.confirmation_ttl
+    )
     required = found.total.counts["required"]
     if not required:
         st.info("No call asked for a confirmation in this window.")
@@ -31,6 +33,12 @@ def render(ctx: PageContext) -> None:
     columns = st.columns(len(data.FUNNEL_STEPS))
     for column, (name, label, meaning) in zip(columns, data.FUNNEL_STEPS, strict=True):
         value = found.total.counts[name]
+        if name == "expired" and found.pending.lapsed:
+            meaning = f"{meaning} ({fmt.count(found.pending.lapsed)} lapsed with no resumption)"
+        if name == "pending":
+            meaning = (
+                f"still open (asked within the {fmt.duration(ctx.settings.confirmation_ttl)} TTL)"
+            )
         with column:
             st.metric(label, fmt.count(value), border=True, help=meaning)
             share = "" if name == "required" else f" · {fmt.rate(value / required)}"
@@ -53,7 +61,13 @@ def render(ctx: PageContext) -> None:
     st.subheader("Per tool")
     st.dataframe(
         [
-            {"tool": r.tool, **{label: getattr(r, name) for name, label, _ in data.FUNNEL_STEPS}}
+            {
+                "tool": r.tool,
+                **{
+                    ("Undecided" if name == "pending" else label): getattr(r, name)
+                    for name, label, _ in data.FUNNEL_STEPS
+                },
+            }
             for r in found.tools
         ],
         hide_index=True,

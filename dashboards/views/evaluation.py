@@ -6,7 +6,7 @@ import streamlit as st
 
 from analytics.evals import EVAL_RATES, case_changes, case_rows, eval_runs
 
-from .. import charts, fmt
+from .. import charts, fmt, safe
 from .base import Page, PageContext
 
 __all__ = ["PAGE"]
@@ -36,10 +36,12 @@ def render(ctx: PageContext) -> None:
     columns = st.columns(len(EVAL_RATES))
     for column, rate in zip(columns, EVAL_RATES, strict=True):
         column.metric(_LABELS[rate], fmt.rate(newest.rates[rate]), border=True)
+    # names, models and hashes come from the database: shown as text, never as Markdown
     st.caption(
-        f"Newest run: {newest.name} ({newest.run_id}), {fmt.when(newest.started_at)}, "
-        f"model {newest.model or 'none (observed calls)'}, tools {newest.tools_hash}, "
-        f"{newest.passed_runs} of {newest.runs} case runs as expected."
+        f"Newest run: {safe.text(newest.name)} ({safe.text(newest.run_id)}), "
+        f"{fmt.when(newest.started_at)}, model {safe.text(newest.model or 'none (observed calls)')}, "
+        f"tools {safe.text(newest.tools_hash)}, {newest.passed_runs} of {newest.runs} case runs "
+        "as expected."
     )
     st.subheader("Per run")
     labels = [f"{run.name} · {run.run_id[:6]}" for run in runs]

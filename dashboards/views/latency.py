@@ -1,6 +1,14 @@
-"""Latency: p50, p95 and p99 of each pipeline stage, over the window and over time."""
+"""Latency: call latency per tool (what an SRE pages on), then each pipeline stage.
+
+Durations read in the unit that fits them (µs, ms or s; :func:`fmt.ms`), never ``0.000852 ms``.
+Stages are small multiples, one panel each with its own scale and unit: nine lines from 1 µs to
+60 ms on one axis were a bundle nobody could read.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
 
 import streamlit as st
 
@@ -13,11 +21,69 @@ _PERCENTILES = {"p50": "p50_ms", "p95": "p95_ms", "p99": "p99_ms"}
 
 
 def render(ctx: PageContext) -> None:
-    """A table per stage, then the chosen percentile per stage over time."""
+    """Per-tool call latency (table and trend), then per-stage latency (table and panels)."""
     st.header("Latency")
     found = data.latency(ctx.source, ctx.filters, bucket=ctx.bucket)
+    if not found.tools and not found.stages:
+        st.info("No calls in this window.")
+        return
+    chosen = str(
+        st.segmented_control(
+            "Percentile", list(_PERCENTILES), default="p95", key="latency_percentile"
+        )
+        or "p95"
+    )
+    field = _PERCENTILES[chosen]
+    _tools(ctx, found, chosen, field)
+    _stages(ctx, found, chosen, field)
+
+
+def _tools(ctx: PageContext, found: data.LatencyData, chosen: str, field: str) -> None:
+    st.subheader("Call latency per tool")
+    st.caption(
+        "What the agent waits for per call: every stage, the handler and its retries "
+        "(the execute_tool span)."
+    )
+    st.dataframe(
+        [
+            {
+                "tool": t.tool,
+                "calls": t.calls,
+                "p50": fmt.ms(t.p50_ms),
+                "p95": fmt.ms(t.p95_ms),
+                "p99": fmt.ms(t.p99_ms),
+            }
+            for t in found.tools
+        ],
+        hide_index=True,
+    )
+    values = [float(getattr(t, field)) for t in found.tool_trend]
+    unit, factor = fmt.time_unit(values)
+    positive = [v for v in values if v > 0]
+    log = bool(positive) and max(positive) / min(positive) > 50
+    st.altair_chart(
+        charts.lines(
+            [
+                {"bucket": t.bucket, unit: float(getattr(t, field)) * factor, "tool": t.tool}
+                for t in found.tool_trend
+                if getattr(t, field) > 0 or not log
+            ],
+            x="bucket",
+            y=unit,
+            color="tool",
+            title=f"{chosen} call latency per tool per {fmt.duration(ctx.bucket)} ({unit}"
+            + (", log scale)" if log else ")"),
+            log=log,
+            order=[t.tool for t in found.tools],
+        ),
+        width="stretch",
+    )
+
+
+def _stages(ctx: PageContext, found: data.LatencyData, chosen: str, field: str) -> None:
+    st.subheader("Per stage")
     if not found.stages:
-        st.info("No stage spans in this window.")
+        st.caption("No stage spans in this window.")
         return
     st.dataframe(
         [
@@ -32,27 +98,20 @@ def render(ctx: PageContext) -> None:
         ],
         hide_index=True,
     )
-    stages = [s.stage for s in found.stages]
-    chosen = st.segmented_control(
-        "Percentile", list(_PERCENTILES), default="p95", key="latency_percentile"
+    panels: list[tuple[str, Sequence[dict[str, Any]]]] = []
+    for stage in (s.stage for s in found.stages):
+        series = [s for s in found.trend if s.stage == stage]
+        unit, factor = fmt.time_unit([float(getattr(s, field)) for s in series])
+        panels.append(
+            (
+                f"{stage} ({unit})",
+                [{"bucket": s.bucket, "value": float(getattr(s, field)) * factor} for s in series],
+            )
+        )
+    st.caption(
+        f"{chosen} of each stage per {fmt.duration(ctx.bucket)}; each panel has its own scale."
     )
-    field = _PERCENTILES[str(chosen or "p95")]
-    st.altair_chart(
-        charts.lines(
-            [
-                {"bucket": s.bucket, "ms": getattr(s, field), "stage": s.stage}
-                for s in found.trend
-                if s.stage in stages
-            ],
-            x="bucket",
-            y="ms",
-            color="stage",
-            title=f"{chosen} per stage (ms, log scale)",
-            log=True,
-            order=stages,
-        ),
-        width="stretch",
-    )
+    st.altair_chart(charts.small_multiples(panels, x="bucket", y="value"), width="content")
 
 
 PAGE = Page(slug="latency", title="Latency", render=render)

@@ -7,8 +7,9 @@ from typing import Any
 import altair as alt
 import streamlit as st
 
-from .. import charts, data, fmt
+from .. import charts, data, fmt, safe
 from .base import Page, PageContext, trace_link
+from .overview import KIND_LABELS
 
 __all__ = ["PAGE"]
 
@@ -33,19 +34,38 @@ def render(ctx: PageContext) -> None:
         st.success("No rejections in this window.")
         return
     cells: list[dict[str, Any]] = [
-        {"tool": r.tool, "code": r.code, "rejected": r.rejected, "calls": r.calls, "rate": r.rate}
+        {
+            "tool": r.tool,
+            "code": r.code,
+            "kind": KIND_LABELS[found.kind_of(r.code)],
+            "gate": found.kind_of(r.code) == "human_gate",
+            "rejected": r.rejected,
+            "calls": r.calls,
+            "rate": r.rate,
+        }
         for r in found.cells
     ]
+    codes = [k.code for k in found.kinds]
+    cap = charts.color_cap([c["rate"] for c in cells if not c["gate"]])
     pick = alt.selection_point(name="cell", fields=["tool", "code"])
     st.subheader("Tool by code")
+    st.caption(
+        "Codes in the order the pipeline checks them. Colour: calls of the tool that ended with "
+        f"the code (darkest from {fmt.rate(cap)}); blue columns are human gates, approvals the "
+        "policy asks for on purpose. Click a cell to open it below."
+    )
     st.altair_chart(
-        charts.heatmap(cells, selection=pick),
+        charts.heatmap(cells, selection=pick, codes=codes, cap=cap),
         width="stretch",
         key="rejections_heatmap",
         on_select=_on_heatmap_select,
     )
+    order = {code: i for i, code in enumerate(codes)}
     st.dataframe(
-        [{**c, "rate": fmt.rate(c["rate"])} for c in cells],
+        [
+            {**{k: v for k, v in c.items() if k != "gate"}, "rate": fmt.rate(c["rate"])}
+            for c in sorted(cells, key=lambda c: (str(c["tool"]), order.get(c["code"], 99)))
+        ],
         hide_index=True,
         column_config={"rejected": "calls with code", "calls": "calls of tool"},
     )
@@ -100,20 +120,29 @@ def _on_heatmap_select() -> None:
     state: Any = st.session_state.get("rejections_heatmap")
     points = (state or {}).get("selection", {}).get("cell") or []
     if points:
-        st.session_state[_CELL_KEY] = f"{points[0]['tool']} · {points[0]['code']}"
+        st.session_state[_CELL_KEY] = (str(points[0]["tool"]), str(points[0]["code"]))
 
 
 def _drill_down(ctx: PageContext, found: data.RejectionsData) -> None:
     st.subheader("Drill-down")
-    labels = [f"{r.tool} · {r.code}" for r in sorted(found.cells, key=lambda r: -r.rejected)]
-    if st.session_state.get(_CELL_KEY) not in labels:
-        st.session_state[_CELL_KEY] = labels[0]
-    label = st.selectbox("Tool and code (or click a heatmap cell)", labels, key=_CELL_KEY)
-    tool, code = str(label).split(" · ", 1)
-    cell = next(r for r in found.cells if r.tool == tool and r.code == code)
+    # (tool, code) pairs, not "tool · code" strings: a tool may be named "evil · tool". Model
+    # errors first, human gates last: the drill-down opens on what someone can fix, not on a gate.
+    by_pair = {(str(r.tool), str(r.code)): r for r in found.cells}
+    rank = {"model_error": 0, "policy_refusal": 1, "upstream_failure": 2, "human_gate": 3}
+    pairs = sorted(by_pair, key=lambda p: (rank.get(found.kind_of(p[1]), 1), -by_pair[p].rejected))
+    if st.session_state.get(_CELL_KEY) not in by_pair:
+        st.session_state[_CELL_KEY] = pairs[0]
+    picked = st.selectbox(
+        "Tool and code (or click a heatmap cell)",
+        pairs,
+        format_func=lambda p: f"{p[0]} · {p[1]}",
+        key=_CELL_KEY,
+    )
+    tool, code = picked if picked is not None else pairs[0]
+    cell = by_pair[tool, code]
     st.markdown(
-        f"**{fmt.count(cell.rejected)}** of {fmt.count(cell.calls)} `{tool}` calls ended "
-        f"`{code}` ({fmt.rate(cell.rate)})."
+        f"**{fmt.count(cell.rejected)}** of {fmt.count(cell.calls)} calls of "
+        f"**{safe.text(tool)}** ended **{safe.text(code)}** ({fmt.rate(cell.rate)})."
     )
     trend = [
         {"bucket": c.bucket, "calls": c.calls, "code": code}

@@ -7,13 +7,15 @@ link from another page, a chat message or an incident ticket opens the same view
 from __future__ import annotations
 
 import json
+import shlex
 from typing import Any
 
 import streamlit as st
 
 from analytics import reconstruct
+from telemetry import attributes as A
 
-from .. import charts, data, fmt
+from .. import charts, data, fmt, safe
 from .base import Page, PageContext, trace_link
 
 __all__ = ["PAGE"]
@@ -35,13 +37,13 @@ def render(ctx: PageContext) -> None:
         return
     found = data.lookup(ctx.source, query)
     if found.trace is None and not found.calls:
-        st.warning(f"Nothing found for `{query}`.")
+        st.warning(f"Nothing found for {safe.text(query)}")
         return
     _keep_in_url(found.matched, query)
     if found.trace is not None:
         _trace(ctx, found.trace)
         return
-    st.markdown(f"**{len(found.calls)}** call(s) in {found.matched} `{query}`")
+    st.markdown(f"**{len(found.calls)}** call(s) in {found.matched} {safe.text(query)}")
     _call_table(found.calls)
     labels = {_label(c): c.trace_id for c in found.calls}
     picked = st.selectbox("Open a call", list(labels), key="trace_pick")
@@ -73,10 +75,10 @@ def _call_table(calls: tuple[reconstruct.CallSummary, ...]) -> None:
                 "step": c.step,
                 "tool": c.tool,
                 "code": c.code,
-                "stage": c.rejected_stage,
-                "replayed": c.replayed,
-                "approval": c.approval_outcome,
-                "ms": round(c.duration_ms, 3),
+                "stage": c.rejected_stage or "",
+                "replayed": bool(c.replayed),
+                "approval": c.approval_outcome or "",
+                "took": fmt.ms(c.duration_ms),
             }
             for c in calls
         ],
@@ -86,7 +88,7 @@ def _call_table(calls: tuple[reconstruct.CallSummary, ...]) -> None:
 
 
 def _trace(ctx: PageContext, view: reconstruct.TraceView) -> None:
-    st.subheader(f"Trace {view.trace_id}")
+    st.subheader(f"Trace {safe.text(view.trace_id)}")
     call = view.calls[0] if view.calls else None
     if call is not None:
         facts = {
@@ -100,18 +102,19 @@ def _trace(ctx: PageContext, view: reconstruct.TraceView) -> None:
             "attempts": call.attempts,
             "outcome": call.outcome,
         }
-        st.markdown(" · ".join(f"**{k}** `{v}`" for k, v in facts.items()))
+        st.markdown(" · ".join(f"**{k}** {safe.text(_shown(v))}" for k, v in facts.items()))
+        _why(ctx, view, call)
     rows = _waterfall_rows(view)
     st.altair_chart(charts.waterfall(rows), width="stretch")
     # A static table (not a canvas grid): a handful of rows that people copy into tickets.
     st.table(
         [
             {
-                "span": r["span"],
-                "outcome": r["outcome"],
-                "code": r["code"],
-                "start (ms)": f"{r['start_ms']:.3f}",
-                "duration (ms)": f"{r['duration_ms']:.3f}",
+                "span": safe.text(r["span"]),
+                "outcome": safe.text(r["outcome"]),
+                "code": safe.text(r["code"]),
+                "start": "+" + fmt.ms(r["start_ms"]),
+                "took": fmt.ms(r["duration_ms"]),
             }
             for r in rows
         ]
@@ -124,6 +127,8 @@ def _trace(ctx: PageContext, view: reconstruct.TraceView) -> None:
         for node in _nodes(view)
         for e in node.events
     ]
+    keys = list(dict.fromkeys(k for r in retries for k in r))
+    retries = [{k: "" if r.get(k) is None else r[k] for k in keys} for r in retries]
     if retries:
         st.markdown("**Events**")
         st.dataframe(retries, hide_index=True)
@@ -131,6 +136,48 @@ def _trace(ctx: PageContext, view: reconstruct.TraceView) -> None:
         st.markdown("**Approval history**")
         _call_table(view.approvals)
     _reproduce(ctx, view)
+
+
+def _why(ctx: PageContext, view: reconstruct.TraceView, call: reconstruct.CallSummary) -> None:
+    """What the model was told, the call's untrusted/injection flags, and for a write held as
+    TAINTED_CONTEXT the call that tainted the session, linked."""
+    attributes = view.roots[0].attributes if view.roots else {}
+    message = call.message or attributes.get(A.MESSAGE)
+    if message:
+        st.markdown("**Message the model received**")
+        st.code(str(message), language=None, wrap_lines=True)
+    if attributes.get(A.UNTRUSTED):
+        st.warning(
+            "This call returned **untrusted** outside text"
+            + _injection(attributes.get(A.INJECTION_DETECTED), attributes.get(A.INJECTION_RULE))
+            + f". Later writes in session {safe.text(call.session)} wait for a human."
+        )
+    held = any(c.code == data.TAINTED_CONTEXT for c in (*view.calls, *view.approvals))
+    if not held:
+        return
+    source = data.taint_source(ctx.source, view)
+    if source is None:
+        st.warning(
+            "Held because the session was tainted, but no call of it that returned untrusted "
+            "text is stored (it may predate the loaded spans)."
+        )
+        return
+    st.error(
+        "**Held: the session read untrusted text.** It was tainted by step "
+        f"{safe.text(_shown(source.step))}, **{safe.text(_shown(source.tool))}** at "
+        f"{fmt.when(source.start_time)} UTC"
+        + _injection(source.injection_detected, source.injection_rule)
+        + f". [Open the call that tainted the session](<{trace_link(trace=source.trace_id)}>)"
+    )
+    if source.message:
+        st.caption("What the model was told for that call:")
+        st.code(source.message, language=None, wrap_lines=True)
+
+
+def _injection(detected: object, rule: object) -> str:
+    if not detected:
+        return "; no instruction-like text was detected in it"
+    return f"; instruction-like text was detected (rule **{safe.text(_shown(rule))}**)"
 
 
 def _nodes(view: reconstruct.TraceView) -> list[reconstruct.SpanNode]:
@@ -164,6 +211,10 @@ def _waterfall_rows(view: reconstruct.TraceView) -> list[dict[str, Any]]:
     return rows
 
 
+def _shown(value: object) -> str:
+    return fmt.NO_RATE if value is None or value == "" else str(value)
+
+
 def _pretty(arguments: str) -> str:
     try:
         return json.dumps(json.loads(arguments), indent=2, ensure_ascii=False)
@@ -172,9 +223,9 @@ def _pretty(arguments: str) -> str:
 
 
 def _reproduce(ctx: PageContext, view: reconstruct.TraceView) -> None:
-    st.markdown(f"[Link to this view]({trace_link(trace=view.trace_id)})")
-    source = f"--db {ctx.settings.db}" if ctx.settings.db else "--clickhouse URL"
-    st.code(f"callgate trace {view.trace_id} {source}", language="bash")
+    st.markdown(f"[Link to this view](<{trace_link(trace=view.trace_id)}>)")
+    source = f"--db {shlex.quote(ctx.settings.db)}" if ctx.settings.db else "--clickhouse URL"
+    st.code(f"callgate trace {shlex.quote(view.trace_id)} {source}", language="bash")
     with st.expander("As `callgate trace --json` prints it"):
         st.json(reconstruct.to_jsonable(view), expanded=False)
 

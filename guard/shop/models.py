@@ -19,7 +19,7 @@ __all__ = [
 ]
 
 ORDER_ID = Field(
-    pattern=r"^ORD-\d{4}$",
+    pattern=r"^ORD-[0-9]{4}$",
     description="The order id exactly as the user or a previous tool result gave it, e.g. ORD-1001.",
 )
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -19,13 +20,16 @@ __all__ = ["Env", "Stage", "digest", "reject"]
 
 
 class Stage(Protocol):
-    """One step of the pipeline: returns None to continue, or the call's final result."""
+    """One step of the pipeline: returns None to continue, or the call's final result.
+
+    A stage that must wait on the world (only execute does) is a coroutine function instead: it
+    waits through ``call.waiter`` (``guard.waiting``), so one body serves sync and async calls."""
 
     @property
     def name(self) -> str:
         """The stage's name in spans and records: ``budget``, ``resolve``, ..."""
 
-    def __call__(self, call: Call) -> ToolResult | None:
+    def __call__(self, call: Call) -> ToolResult | Awaitable[ToolResult] | None:
         """Run against ``call``; may fill in fields of ``call`` for later stages."""
 
 

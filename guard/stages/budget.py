@@ -1,4 +1,4 @@
-"""Stage 0: cheap ceilings that need no arguments: steps, rate, and the validation-failure budget."""
+"""Stage 0: cheap ceilings that need no arguments: capacity, steps, rate, the validation-failure budget."""
 
 from __future__ import annotations
 
@@ -22,7 +22,15 @@ class BudgetStage:
     def __call__(self, call: Call) -> ToolResult | None:
         policy, counters = self.env.policy, self.env.counters
         now, ttl, sid = call.now, policy.session_ttl, call.session_id
-        call.step = counters.incr(f"steps:{sid}", now=now, ttl=ttl)
+        steps = f"steps:{sid}"
+        if not counters.admits(steps, now=now):  # a full store refuses sessions, never forgets
+            return reject(
+                call,
+                Code.SESSION_LIMIT,
+                "The service is at capacity and cannot start this conversation's tools. Nothing "
+                "was done. Do not retry; tell the user to try again later.",
+            )
+        call.step = counters.incr(steps, now=now, ttl=ttl)
         if call.step > policy.max_steps_per_session:
             return reject(call, Code.STEP_LIMIT, _STOP + " This session used all its tool calls.")
         turn_steps = counters.incr(f"turn:{sid}:{call.turn}", now=now, ttl=ttl)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import random
 from dataclasses import dataclass
@@ -37,53 +36,30 @@ class ExecuteStage:
     idempotency keys; if every attempt fails a write ends TIMEOUT with outcome unknown). Anything else
     is a bug: logged with its traceback, and the model gets INTERNAL_ERROR.
 
-    Sync handlers run on the calling thread and get their timeout in ``ToolContext.timeout`` to pass
-    to their I/O; coroutine handlers are cancelled at the timeout.
+    The body is written once, as a coroutine that waits through ``call.waiter`` (``guard.waiting``):
+    it blocks under ``Guard.execute`` and awaits the caller's event loop under ``Guard.aexecute``. Sync handlers run on the calling thread and get their timeout in
+    ``ToolContext.timeout`` to pass to their I/O; coroutine handlers are cancelled at the timeout.
     """
 
     env: Env
     name: str = "execute"
 
-    def __call__(self, call: Call) -> ToolResult:
+    async def __call__(self, call: Call) -> ToolResult:
         if (refused := self._reserve(call)) is not None:
             return refused
-        spec = call.spec
+        spec, waiter = call.spec, call.waiter
         assert spec is not None
         while True:
             context = self._context(call)
             try:
+                output = spec.handler(call.arguments, context)
                 if spec.is_async:
-                    output = asyncio.run(
-                        _bounded(spec.handler(call.arguments, context), spec.timeout)
-                    )
-                else:
-                    output = spec.handler(call.arguments, context)
+                    output = await waiter.handler_result(output, spec.timeout)
             except Exception as error:
                 after = self._failed(call, error)
                 if isinstance(after, ToolResult):
                     return after
-                self.env.clock.sleep(after)
-                continue
-            return self._succeeded(call, output)
-
-    async def acall(self, call: Call) -> ToolResult:
-        """The same, for ``Guard.aexecute``: coroutine handlers are awaited on the running loop."""
-        if (refused := self._reserve(call)) is not None:
-            return refused
-        spec = call.spec
-        assert spec is not None
-        while True:
-            context = self._context(call)
-            try:
-                if spec.is_async:
-                    output = await _bounded(spec.handler(call.arguments, context), spec.timeout)
-                else:
-                    output = spec.handler(call.arguments, context)
-            except Exception as error:
-                after = self._failed(call, error)
-                if isinstance(after, ToolResult):
-                    return after
-                await self.env.clock.asleep(after)
+                await waiter.sleep(self.env.clock, after)
                 continue
             return self._succeeded(call, output)
 
@@ -221,10 +197,6 @@ class ExecuteStage:
             call.untrusted_text = tuple(_texts(data))
         call.result_data = data
         return result
-
-
-async def _bounded(awaitable: Any, timeout: float | None) -> Any:
-    return await asyncio.wait_for(awaitable, timeout)
 
 
 def _backoff(base: float, cap: float, attempt: int, jitter: bool) -> float:

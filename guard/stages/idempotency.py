@@ -57,7 +57,11 @@ class IdempotencyStage:
         else:
             call.idempotency_key = proposal_key(call.session_id, spec.name, call.canonical)
         claim = env.idempotency.claim(
-            call.idempotency_key, call.fingerprint, now=now, lease=env.policy.claim_lease
+            call.idempotency_key,
+            call.fingerprint,
+            now=now,
+            lease=env.policy.claim_lease,
+            take_stale=spec.idempotent_backend,
         )
         if claim.state is ClaimState.CLAIMED:
             call.claimed = True
@@ -70,11 +74,35 @@ class IdempotencyStage:
                 Code.IN_PROGRESS,
                 "An identical call is still running. Do not send it again; wait for its result.",
             )
+        if claim.state is ClaimState.STALE:
+            return self._abandoned(call)
         return reject(
             call,
             Code.IDEMPOTENCY_CONFLICT,
             "This action was already recorded with different arguments. Do not retry it.",
         )
+
+    def _abandoned(self, call: Call) -> ToolResult:
+        """An earlier attempt claimed the key and died without a result, perhaps mid-write, and
+        the backend cannot deduplicate: running again could apply it twice. The outcome is unknown;
+        it is recorded as the key's result, so every repeat replays it until a human or a status
+        check decides, and no purge of the stale claim can let a blind second run through."""
+        assert call.idempotency_key is not None and call.fingerprint is not None
+        result = reject(
+            call,
+            Code.TIMEOUT,
+            f"An earlier attempt of this call stopped before answering: the action may or may not "
+            f"have happened (key {call.idempotency_key}). Do not retry it; check its status first.",
+            outcome=Outcome.UNKNOWN,
+        )
+        self.env.idempotency.complete(
+            call.idempotency_key,
+            call.fingerprint,
+            stored(result),
+            now=call.now,
+            ttl=self.env.policy.idempotency_ttl,
+        )
+        return result
 
 
 def stored(result: ToolResult) -> str:

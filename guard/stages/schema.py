@@ -59,7 +59,7 @@ def problems_from(model: type[BaseModel], errors: list[ErrorDetails]) -> list[Pr
             path=_pointer(error["loc"]),
             rule=error["type"],
             expected=_expected(error),
-            got=_got(error),
+            got=_got(model, error),
             hint=_hint(model, error["loc"]),
         )
         for error in errors
@@ -100,14 +100,28 @@ def _expected(error: ErrorDetails) -> str:
     return error["msg"]
 
 
-def _got(error: ErrorDetails) -> str:
+def _got(model: type[BaseModel], error: ErrorDetails) -> str:
     if error["type"] == "missing":
         return "nothing"
+    loc = error["loc"]
+    info = model.model_fields.get(str(loc[0])) if loc else None
+    extra = info.json_schema_extra if info is not None else None
+    if isinstance(extra, dict) and extra.get("sensitive"):
+        return "a value (not echoed: the field is sensitive)"
     try:
         text = json.dumps(error["input"], ensure_ascii=False)
     except (TypeError, ValueError):
         text = repr(error["input"])
-    return text if len(text) <= GOT_LIMIT else text[: GOT_LIMIT - 1] + "…"
+    return text if len(text) <= GOT_LIMIT else _cut(text)
+
+
+def _cut(text: str) -> str:
+    """``text`` cut between tokens, never inside a word or a number (``4111 1111 ...``), so that
+    masking downstream sees whole values: a cut card number no longer passes for harmless digits."""
+    for end in range(GOT_LIMIT - 1, 0, -1):
+        if text[end] in " ,;" and not (text[end - 1].isdigit() and text[end + 1 : end + 2].isdigit()):
+            return text[:end] + "…"
+    return f"{len(text)} characters"
 
 
 def _hint(model: type[BaseModel], loc: tuple[int | str, ...]) -> str | None:

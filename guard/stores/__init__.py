@@ -12,6 +12,7 @@ from guard.stores.base import (
     CounterStore,
     IdempotencyStore,
     PendingAction,
+    StoreFull,
 )
 from guard.stores.memory import MemoryApprovalStore, MemoryCounterStore, MemoryIdempotencyStore
 from guard.stores.sqlite import (
@@ -37,5 +38,6 @@ __all__ = [
     "SQLiteCounterStore",
     "SQLiteIdempotencyStore",
     "SQLiteStores",
+    "StoreFull",
     "open_sqlite_stores",
 ]

@@ -4,7 +4,8 @@ They restate ``guard.stores._rules`` in Lua, because the read-decide-write must 
 Redis to be atomic across hosts:
 
 - an entry lives *through* its deadline: it is expired once ``deadline < now``;
-- a claim is stale once ``claimed_at + lease < now``; stale claims and expired results are free;
+- a claim is stale once ``claimed_at + lease < now``; expired results are free, and stale claims
+  are too unless the caller says it may not take them (``take_stale``: its backend cannot dedupe);
 - a decision after ``expires_at`` is EXPIRED and attributed to nobody.
 
 Times are always the caller's ``now`` (ARGV), never Redis's clock, and deadlines are stored as
@@ -32,8 +33,8 @@ __all__ = [
     "RELEASE",
 ]
 
-# KEYS[1] record; ARGV fingerprint, now, lease, expires_at (= now + lease), ttl_ms.
-# Returns {state} or {'completed', result}.
+# KEYS[1] record; ARGV fingerprint, now, lease, expires_at (claim_deadline), ttl_ms, take_stale
+# (1 or 0). Returns {state} or {'completed', result}. A stale claim is left alone unless taken.
 CLAIM = """
 local rec = redis.call('HMGET', KEYS[1], 'fingerprint', 'result', 'claimed_at', 'expires_at')
 local now = tonumber(ARGV[2])
@@ -41,6 +42,10 @@ if rec[1] then
     if not rec[2] then
         if tonumber(rec[3]) + tonumber(ARGV[3]) >= now then
             if rec[1] == ARGV[1] then return {'in_flight'} end
+            return {'conflict'}
+        end
+        if ARGV[6] == '0' then
+            if rec[1] == ARGV[1] then return {'stale'} end
             return {'conflict'}
         end
     elseif tonumber(rec[4]) >= now then

@@ -12,10 +12,13 @@ from __future__ import annotations
 from guard.stores.base import ApprovalState, Claim, ClaimState
 
 __all__ = [
+    "ABANDONED_RETENTION",
     "CLAIMED",
     "CONFLICT",
     "IN_FLIGHT",
+    "STALE",
     "approval_purge_at",
+    "claim_deadline",
     "claim_outcome",
     "decision",
 ]
@@ -25,6 +28,7 @@ __all__ = [
 CLAIMED = Claim(state=ClaimState.CLAIMED)
 IN_FLIGHT = Claim(state=ClaimState.IN_FLIGHT)
 CONFLICT = Claim(state=ClaimState.CONFLICT)
+STALE = Claim(state=ClaimState.STALE)
 
 
 def claim_outcome(
@@ -36,21 +40,44 @@ def claim_outcome(
     fingerprint: str,
     now: float,
     lease: float,
+    take_stale: bool = True,
 ) -> Claim | None:
     """What a claim on an existing entry returns, or None if the caller may take the key.
 
-    ``result is None`` marks an in-flight claim. A stale claim (its owner crashed) and an expired
-    result are free to take whatever their fingerprint, because after a purge they would be gone.
+    ``result is None`` marks an in-flight claim. An expired result is free to take whatever its
+    fingerprint, because after a purge it would be gone. A stale claim (its owner died, perhaps
+    mid-write) is free only with ``take_stale``: the caller's backend deduplicates by key, so a
+    second attempt cannot apply the write twice. Otherwise it is STALE, for the caller to record
+    as an unknown outcome (which ``purge`` then keeps, as it keeps every result).
     """
     if result is None:
         if claimed_at + lease < now:
-            return None
+            if take_stale:
+                return None
+            return STALE if stored_fingerprint == fingerprint else CONFLICT
         return IN_FLIGHT if stored_fingerprint == fingerprint else CONFLICT
     if expires_at < now:
         return None
     if stored_fingerprint != fingerprint:
         return CONFLICT
     return Claim(state=ClaimState.COMPLETED, result=result)
+
+
+ABANDONED_RETENTION = 86_400.0
+"""How long a claim outlives its lease before ``purge`` (or Redis's own expiry) may delete it.
+
+A stale claim is evidence: its owner died, maybe mid-write. A caller whose backend cannot
+deduplicate is told STALE and records an unknown outcome; if the claim were deleted with its
+lease instead, that caller would find the key free and run the write a second time. One day, the
+default replay window of a result (``Policy.idempotency_ttl``)."""
+
+
+def claim_deadline(*, now: float, lease: float) -> float:
+    """The stored deadline of a claim taken at ``now``: past the lease, by ``ABANDONED_RETENTION``.
+
+    Staleness is judged from ``claimed_at`` and the caller's lease, never from this deadline, which
+    only says when the entry may be deleted."""
+    return now + lease + ABANDONED_RETENTION
 
 
 def decision(*, approve: bool, expires_at: float, now: float) -> ApprovalState:

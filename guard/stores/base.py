@@ -7,7 +7,7 @@ Each protocol has an in-memory implementation (one process, bounded by expiry), 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from enum import StrEnum
 from typing import Protocol
 
@@ -20,7 +20,14 @@ __all__ = [
     "CounterStore",
     "IdempotencyStore",
     "PendingAction",
+    "StoreFull",
 ]
+
+
+class StoreFull(Exception):
+    """A store at its cap refused a new key. Stores never evict live entries to make room: taint
+    marks, limits, claims, results and pending approvals are security state, and another
+    session's traffic must not be able to push them out."""
 
 
 class ClaimState(StrEnum):
@@ -32,6 +39,10 @@ class ClaimState(StrEnum):
     """The write finished; ``Claim.result`` holds its stored result to replay."""
     CONFLICT = "conflict"
     """The key is known with a different fingerprint (other arguments)."""
+    STALE = "stale"
+    """Another caller claimed the key and its lease ran out with no result: it died, perhaps in
+    the middle of the write. Returned only to a caller that may not take stale claims over
+    (``take_stale=False``: its backend cannot deduplicate, so running again could apply it twice)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -44,8 +55,13 @@ class Claim:
 class IdempotencyStore(Protocol):
     """Claims and results of writes, keyed by idempotency key."""
 
-    def claim(self, key: str, fingerprint: str, *, now: float, lease: float) -> Claim:
-        """Atomically take ``key`` unless someone holds it (for less than ``lease`` s) or it completed."""
+    def claim(
+        self, key: str, fingerprint: str, *, now: float, lease: float, take_stale: bool = True
+    ) -> Claim:
+        """Atomically take ``key`` unless someone holds it (for less than ``lease`` s) or it completed.
+
+        A stale claim (held longer than ``lease``) is taken over when ``take_stale``; otherwise the
+        answer is STALE (same fingerprint) or CONFLICT, and the stale claim is left as it is."""
 
     def complete(self, key: str, fingerprint: str, result: str, *, now: float, ttl: float) -> None:
         """Record the result of ``key`` (upsert), replayable until ``now + ttl``."""
@@ -91,7 +107,26 @@ class PendingAction:
     decided_at: float | None = None
 
     def decided(self, state: ApprovalState, *, by: str | None, at: float) -> PendingAction:
-        return replace(self, state=state, decided_by=by, decided_at=at)
+        # Spelled out rather than dataclasses.replace, which introspects the fields on every call
+        # (twice the cost, on every approval); a test keeps the two equal.
+        return PendingAction(
+            id=self.id,
+            session_id=self.session_id,
+            principal_id=self.principal_id,
+            role=self.role,
+            scopes=self.scopes,
+            tool=self.tool,
+            arguments=self.arguments,
+            fingerprint=self.fingerprint,
+            proposal_key=self.proposal_key,
+            call_id=self.call_id,
+            reason=self.reason,
+            created_at=self.created_at,
+            expires_at=self.expires_at,
+            state=state,
+            decided_by=by,
+            decided_at=at,
+        )
 
 
 PENDING_ACTION_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(PendingAction))
@@ -126,8 +161,16 @@ class ApprovalStore(Protocol):
 class CounterStore(Protocol):
     """Integer counters with expiry: steps, rate windows, loops, streaks, daily sums, session marks."""
 
+    def admits(self, key: str, *, now: float) -> bool:
+        """Whether ``key`` exists, or a new key fits below the store's admission limit.
+
+        The budget stage asks before a session's first counter: at the limit new sessions are
+        refused (SESSION_LIMIT) while the sessions already held keep room for their own state."""
+
     def incr(self, key: str, amount: int = 1, *, now: float, ttl: float) -> int:
-        """Add ``amount`` (creating the counter at 0) and return the new value; expiry is reset."""
+        """Add ``amount`` (creating the counter at 0) and return the new value; expiry is reset.
+
+        May raise ``StoreFull`` for a new key (memory store at its cap); never evicts another."""
 
     def get(self, key: str, *, now: float) -> int:
         """The current value; 0 if absent or expired."""

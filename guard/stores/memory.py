@@ -10,8 +10,12 @@ every entry carries a deadline and a min-heap of deadlines is swept a little on 
 - each write pops at most ``_SWEEP_BATCH`` items, so a mass expiry is spread over many calls
   instead of stalling one.
 
-``max_entries`` is a safety net for floods and misconfigured TTLs: inserting a new key into a full
-store evicts the entry due soonest, the one that would have gone first anyway.
+``max_entries`` is a safety net for floods and misconfigured TTLs. A full store first sweeps every
+entry that is due; if it is still full it refuses the new key (``StoreFull``) and never evicts a
+live one: entries are taint marks, limits, claims, results and pending approvals, and evicting
+them on other sessions' traffic would let a tainted session write without a human, reset a daily
+limit or run a write twice. The counter store also refuses new *sessions* earlier
+(``admits``, at ``session_share`` of the cap), so the sessions it holds keep room to work.
 """
 
 from __future__ import annotations
@@ -20,7 +24,13 @@ import threading
 from heapq import heappop, heappush
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
-from guard.stores._rules import CLAIMED, approval_purge_at, claim_outcome, decision
+from guard.stores._rules import (
+    ABANDONED_RETENTION,
+    CLAIMED,
+    approval_purge_at,
+    claim_outcome,
+    decision,
+)
 from guard.stores.base import (
     ApprovalState,
     ApprovalStore,
@@ -28,6 +38,7 @@ from guard.stores.base import (
     CounterStore,
     IdempotencyStore,
     PendingAction,
+    StoreFull,
 )
 
 __all__ = ["MemoryApprovalStore", "MemoryCounterStore", "MemoryIdempotencyStore"]
@@ -80,44 +91,39 @@ class _ExpiringMap(Generic[_E]):
             entry = entries.get(key)
             if entry is None:
                 self._queued.discard(key)
-            elif entry.expires_at < now:
+            elif (deadline := self._deadline(entry)) < now:
                 self._delete(key, entry)
                 self._queued.discard(key)
                 removed += 1
             else:
-                heappush(heap, (entry.expires_at, key))
+                heappush(heap, (deadline, key))
         return removed
 
-    def _put(self, key: str, entry: _E) -> None:
-        """Insert ``entry`` under a key that has none, evicting first if the store is full."""
+    def _deadline(self, entry: _E) -> float:
+        """When ``entry`` may be deleted. Items are queued at ``expires_at`` and re-queued here when
+        they come due, so a store may keep some entries past it without the heap ever holding a
+        deadline later than the entry's."""
+        return entry.expires_at
+
+    def _put(self, key: str, entry: _E, now: float) -> None:
+        """Insert ``entry`` under a key that has none; a full store sweeps what is due, then refuses."""
         if len(self._entries) >= self._max_entries:
-            self._evict()
+            self._sweep(now, len(self._heap))
+            if len(self._entries) >= self._max_entries:
+                raise StoreFull(
+                    f"{type(self).__name__} holds {self._max_entries} live entries (max_entries)"
+                )
         self._entries[key] = entry
         if key not in self._queued:
             self._queued.add(key)
             heappush(self._heap, (entry.expires_at, key))
-
-    def _evict(self) -> None:
-        """Delete the entry with the earliest deadline, whether or not it expired."""
-        heap, entries = self._heap, self._entries
-        while heap:
-            deadline, key = heappop(heap)
-            entry = entries.get(key)
-            if entry is not None and entry.expires_at > deadline:
-                # Refreshed since it was queued: re-queue at its real deadline and look again.
-                heappush(heap, (entry.expires_at, key))
-                continue
-            self._queued.discard(key)
-            if entry is not None:
-                self._delete(key, entry)
-                return
 
     def _purge(self, now: float) -> int:
         with self._lock:
             removed = self._sweep(now, len(self._heap))
             # The heap may hold a deadline later than the entry's (a refresh with a shorter ttl),
             # so a full scan makes purge exact; it is an explicit, occasional call.
-            dead = [(k, e) for k, e in self._entries.items() if e.expires_at < now]
+            dead = [(k, e) for k, e in self._entries.items() if self._deadline(e) < now]
             for key, entry in dead:
                 self._delete(key, entry)
             return removed + len(dead)
@@ -149,7 +155,9 @@ class MemoryIdempotencyStore(_ExpiringMap[_Record]):
     def __init__(self, *, max_entries: int = DEFAULT_MAX_ENTRIES) -> None:
         super().__init__(max_entries=max_entries)
 
-    def claim(self, key: str, fingerprint: str, *, now: float, lease: float) -> Claim:
+    def claim(
+        self, key: str, fingerprint: str, *, now: float, lease: float, take_stale: bool = True
+    ) -> Claim:
         with self._lock:
             self._tick(now)
             record = self._entries.get(key)
@@ -162,13 +170,14 @@ class MemoryIdempotencyStore(_ExpiringMap[_Record]):
                     fingerprint=fingerprint,
                     now=now,
                     lease=lease,
+                    take_stale=take_stale,
                 )
                 if outcome is not None:
                     return outcome
                 record.fingerprint, record.result = fingerprint, None
                 record.claimed_at, record.expires_at = now, now + lease
                 return CLAIMED
-            self._put(key, _Record(fingerprint, None, now, now + lease))
+            self._put(key, _Record(fingerprint, None, now, now + lease), now)
             return CLAIMED
 
     def complete(self, key: str, fingerprint: str, result: str, *, now: float, ttl: float) -> None:
@@ -176,7 +185,7 @@ class MemoryIdempotencyStore(_ExpiringMap[_Record]):
             self._tick(now)
             record = self._entries.get(key)
             if record is None:
-                self._put(key, _Record(fingerprint, result, now, now + ttl))
+                self._put(key, _Record(fingerprint, result, now, now + ttl), now)
                 return
             record.fingerprint, record.result, record.expires_at = fingerprint, result, now + ttl
 
@@ -185,6 +194,13 @@ class MemoryIdempotencyStore(_ExpiringMap[_Record]):
             record = self._entries.get(key)
             if record is not None and record.result is None:
                 self._delete(key, record)
+
+    def _deadline(self, entry: _Record) -> float:
+        # A claim whose lease ran out with no result was abandoned, maybe mid-write: it is kept as
+        # evidence (``ABANDONED_RETENTION``), never swept with its lease.
+        if entry.result is None:
+            return entry.expires_at + ABANDONED_RETENTION
+        return entry.expires_at
 
     def purge(self, now: float) -> int:
         return self._purge(now)
@@ -220,7 +236,7 @@ class MemoryApprovalStore(_ExpiringMap[_Held]):
                 decided_at=action.decided_at,
                 retention=self._retention,
             )
-            self._put(action.id, _Held(action, purge_at))
+            self._put(action.id, _Held(action, purge_at), action.created_at)
             self._by_proposal.setdefault(action.proposal_key, []).append(action.id)
 
     def get(self, approval_id: str) -> PendingAction | None:
@@ -275,19 +291,35 @@ class _Counter:
 
 
 class MemoryCounterStore(_ExpiringMap[_Counter]):
-    """Counters in a dict, updated in place so the hot path allocates nothing for a known key."""
+    """Counters in a dict, updated in place so the hot path allocates nothing for a known key.
 
-    __slots__ = ()
+    ``session_share`` of ``max_entries`` is where new sessions stop being admitted; the rest is
+    headroom for the new keys of sessions already held (a new turn, a new loop fingerprint)."""
 
-    def __init__(self, *, max_entries: int = DEFAULT_MAX_ENTRIES) -> None:
+    __slots__ = ("_admit_below",)
+
+    def __init__(
+        self, *, max_entries: int = DEFAULT_MAX_ENTRIES, session_share: float = 0.9
+    ) -> None:
         super().__init__(max_entries=max_entries)
+        if not 0.0 < session_share <= 1.0:
+            raise ValueError(f"session_share must be in (0, 1], got {session_share}")
+        self._admit_below = max(1, int(max_entries * session_share))
+
+    def admits(self, key: str, *, now: float) -> bool:
+        if key in self._entries or len(self._entries) < self._admit_below:
+            return True  # the common case, without the lock: a dict lookup and a length
+        with self._lock:
+            self._sweep(now, len(self._heap))
+            return key in self._entries or len(self._entries) < self._admit_below
 
     def incr(self, key: str, amount: int = 1, *, now: float, ttl: float) -> int:
         with self._lock:
-            self._tick(now)
+            if (heap := self._heap) and heap[0][0] < now:  # _tick inlined: four calls per call
+                self._sweep(now, _SWEEP_BATCH)
             counter = self._entries.get(key)
             if counter is None:
-                self._put(key, _Counter(amount, now + ttl))
+                self._put(key, _Counter(amount, now + ttl), now)
                 return amount
             counter.value = amount if counter.expires_at < now else counter.value + amount
             counter.expires_at = now + ttl
@@ -314,7 +346,7 @@ class MemoryCounterStore(_ExpiringMap[_Counter]):
             if current + amount > limit:
                 return False
             if counter is None:
-                self._put(key, _Counter(amount, now + ttl))
+                self._put(key, _Counter(amount, now + ttl), now)
             else:
                 counter.value, counter.expires_at = current + amount, now + ttl
             return True

@@ -34,8 +34,9 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
+from guard.errors import ConfigurationError
 from guard.stores import _redis_lua as lua
-from guard.stores._rules import CLAIMED, CONFLICT, IN_FLIGHT
+from guard.stores._rules import CLAIMED, CONFLICT, IN_FLIGHT, STALE, claim_deadline
 from guard.stores.base import (
     PENDING_ACTION_FIELDS,
     ApprovalState,
@@ -71,6 +72,14 @@ _SCAN_BATCH = 500
 def _text(value: bytes | str) -> str:
     """Replies are bytes unless the client was made with ``decode_responses=True``."""
     return value.decode() if isinstance(value, bytes) else value
+
+
+_CLAIMS = {
+    ClaimState.CLAIMED: CLAIMED,
+    ClaimState.IN_FLIGHT: IN_FLIGHT,
+    ClaimState.CONFLICT: CONFLICT,
+    ClaimState.STALE: STALE,
+}
 
 
 def _ttl_ms(deadline: float, now: float, grace: float) -> int:
@@ -127,16 +136,17 @@ class RedisIdempotencyStore(_RedisStore):
         self._release = client.register_script(lua.RELEASE)
         self._purge = client.register_script(lua.DEADLINE_PURGE)
 
-    def claim(self, key: str, fingerprint: str, *, now: float, lease: float) -> Claim:
-        expires_at = now + lease
+    def claim(
+        self, key: str, fingerprint: str, *, now: float, lease: float, take_stale: bool = True
+    ) -> Claim:
+        expires_at = claim_deadline(now=now, lease=lease)
         args = [fingerprint, repr(now), repr(lease), repr(expires_at)]
-        reply = self._claim(
-            keys=[self._key(key)], args=[*args, _ttl_ms(expires_at, now, self._grace)]
-        )
+        ttl_ms = _ttl_ms(expires_at, now, self._grace)
+        reply = self._claim(keys=[self._key(key)], args=[*args, ttl_ms, int(take_stale)])
         state = ClaimState(_text(reply[0]))
         if state is ClaimState.COMPLETED:
             return Claim(state=state, result=_text(reply[1]))
-        return {"claimed": CLAIMED, "in_flight": IN_FLIGHT, "conflict": CONFLICT}[state.value]
+        return _CLAIMS[state]
 
     def complete(self, key: str, fingerprint: str, result: str, *, now: float, ttl: float) -> None:
         expires_at = now + ttl
@@ -260,6 +270,11 @@ class RedisCounterStore(_RedisStore):
         self._add_within = client.register_script(lua.ADD_WITHIN)
         self._purge = client.register_script(lua.DEADLINE_PURGE)
 
+    def admits(self, key: str, *, now: float) -> bool:
+        """Always: the server must be set not to evict (``open_redis_stores`` checks), and at its
+        ``maxmemory`` it refuses the write, which fails the call closed."""
+        return True
+
     def incr(self, key: str, amount: int = 1, *, now: float, ttl: float) -> int:
         expires_at = now + ttl
         ttl_ms = _ttl_ms(expires_at, now, self._grace)
@@ -320,18 +335,26 @@ def open_redis_stores(
     prefix: str = DEFAULT_PREFIX,
     retention: float = 86_400.0,
     grace: float = DEFAULT_GRACE,
+    allow_eviction: bool = False,
 ) -> RedisStores:
     """The idempotency, approval and counter stores on one Redis, their keys under ``prefix``.
 
     Pass a ``redis://`` URL (the stores then own the client and ``close`` closes it) or a
     ``redis.Redis`` client the host manages. ``retention`` is how long decided or expired
     approvals are kept; ``grace`` how long Redis keeps any key past its stored deadline.
+
+    A server whose ``maxmemory-policy`` evicts keys is refused (``ConfigurationError``): every key
+    here has a TTL, so even the ``volatile-*`` policies would drop taint marks, limits, claims and
+    approvals under memory pressure from other sessions. Set ``noeviction`` (at ``maxmemory`` the
+    server then refuses writes and calls fail closed), or pass ``allow_eviction=True`` knowingly.
     """
     owns_client = isinstance(url_or_client, str)
     client = (
         redis.Redis.from_url(url_or_client) if isinstance(url_or_client, str) else url_or_client
     )
     try:
+        if not allow_eviction:
+            _refuse_eviction(client)
         return RedisStores(
             idempotency=RedisIdempotencyStore(client, prefix=prefix, grace=grace),
             approvals=RedisApprovalStore(client, prefix=prefix, retention=retention, grace=grace),
@@ -343,6 +366,21 @@ def open_redis_stores(
         if owns_client:
             client.close()
         raise
+
+
+def _refuse_eviction(client: redis.Redis) -> None:
+    try:
+        reply = client.config_get("maxmemory-policy")
+    except redis.ResponseError:  # managed services may rename or disable CONFIG
+        return
+    policy = next(iter(reply.values()), "noeviction") if reply else "noeviction"
+    policy = policy.decode() if isinstance(policy, bytes) else str(policy)
+    if policy != "noeviction":
+        raise ConfigurationError(
+            f"Redis maxmemory-policy is {policy!r}: it may evict the guard's security state "
+            "(taint marks, limits, claims, approvals). Set it to 'noeviction', or pass "
+            "allow_eviction=True to open_redis_stores."
+        )
 
 
 if TYPE_CHECKING:

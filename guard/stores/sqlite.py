@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
-from guard.stores._rules import CLAIMED, claim_outcome, decision
+from guard.stores._rules import CLAIMED, claim_deadline, claim_outcome, decision
 from guard.stores._sqlite_base import SQLiteStoreBase, Synchronous
 from guard.stores.base import (
     PENDING_ACTION_FIELDS,
@@ -52,7 +52,7 @@ IDEMPOTENCY_DDL = (
         fingerprint TEXT NOT NULL,
         result      TEXT,           -- NULL while the key is claimed and in flight
         claimed_at  REAL NOT NULL,
-        expires_at  REAL NOT NULL   -- end of the lease while claimed, of replay once completed
+        expires_at  REAL NOT NULL   -- claim_deadline while claimed, end of replay once completed
     )
     """,
     "CREATE INDEX IF NOT EXISTS idempotency_expires_at ON idempotency (expires_at)",
@@ -123,7 +123,9 @@ class SQLiteIdempotencyStore(SQLiteStoreBase):
 
     _DDL = IDEMPOTENCY_DDL
 
-    def claim(self, key: str, fingerprint: str, *, now: float, lease: float) -> Claim:
+    def claim(
+        self, key: str, fingerprint: str, *, now: float, lease: float, take_stale: bool = True
+    ) -> Claim:
         with self._immediate() as conn:
             row = conn.execute(_SELECT_RECORD, {"key": key}).fetchone()
             if row is not None:
@@ -136,10 +138,16 @@ class SQLiteIdempotencyStore(SQLiteStoreBase):
                     fingerprint=fingerprint,
                     now=now,
                     lease=lease,
+                    take_stale=take_stale,
                 )
                 if outcome is not None:
                     return outcome
-            params = {"key": key, "fingerprint": fingerprint, "now": now, "expires_at": now + lease}
+            params = {
+                "key": key,
+                "fingerprint": fingerprint,
+                "now": now,
+                "expires_at": claim_deadline(now=now, lease=lease),
+            }
             conn.execute(_UPSERT_CLAIM, params)
             return CLAIMED
 
@@ -294,6 +302,10 @@ class SQLiteCounterStore(SQLiteStoreBase):
     """Counters in the ``counters`` table, each update a single atomic upsert."""
 
     _DDL = COUNTERS_DDL
+
+    def admits(self, key: str, *, now: float) -> bool:
+        """Always: the file has no cap and never evicts; a full disk fails the write (closed)."""
+        return True
 
     def incr(self, key: str, amount: int = 1, *, now: float, ttl: float) -> int:
         params = {"key": key, "amount": amount, "now": now, "expires_at": now + ttl}

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import duckdb
+import pytest
 from click.testing import CliRunner
 
 from analytics.cli import analytics_cli
@@ -94,6 +96,38 @@ class TestReportCommand:
         """report without a database says to load first."""
         code, out = _run("report", "--db", str(tmp_path / "none.duckdb"))
         assert code == 1 and "callgate load" in out
+
+
+class TestDatabaseErrors:
+    @pytest.mark.parametrize(
+        "command", [["report"], ["trace", RESUMED_TRACE], ["export", "--parquet", "pq"]]
+    )
+    def test_not_duckdb_is_a_message(self, tmp_path, command):
+        """report/trace/export on a file that is not DuckDB: one clear line, exit 1, no traceback."""
+        path = tmp_path / "README.md"
+        path.write_text("# not a database\n")
+        code, out = _run(*command, "--db", str(path))
+        assert code == 1
+        assert "is not a DuckDB database" in out and "Traceback" not in out
+
+    @pytest.mark.parametrize("command", [["report"], ["trace", "--session", "s1"]])
+    def test_not_callgates_database_is_a_message(self, tmp_path, command):
+        """A DuckDB file that callgate did not write is named as such."""
+        path = tmp_path / "shop.duckdb"
+        con = duckdb.connect(str(path))
+        con.execute("CREATE TABLE orders (id INTEGER)")
+        con.close()
+        code, out = _run(*command, "--db", str(path))
+        assert code == 1 and "not callgate's" in out and "Traceback" not in out
+
+    def test_load_refuses_someone_elses_database(self, tmp_path, span_file):
+        """load does not add callgate's tables to another application's DuckDB file."""
+        path = tmp_path / "shop.duckdb"
+        con = duckdb.connect(str(path))
+        con.execute("CREATE TABLE orders (id INTEGER)")
+        con.close()
+        code, out = _run("load", str(span_file), "--db", str(path))
+        assert code == 1 and "not callgate's" in out
 
 
 class TestTraceCommand:

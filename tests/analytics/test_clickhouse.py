@@ -27,13 +27,14 @@ from analytics.reconstruct import to_jsonable
 from analytics.synth import generate, write_span_file
 
 from .conftest import T0, dataset
+from .test_cli_incident import READ_TRACE, TAINTED_TRACE, incident_calls
 
 chdb_session = pytest.importorskip("chdb.session")
 
 _COLUMNS = (
     "Timestamp, TraceId, SpanId, ParentSpanId, TraceState, SpanName, SpanKind, ServiceName, "
     "ResourceAttributes, ScopeName, ScopeVersion, SpanAttributes, Duration, StatusCode, "
-    "StatusMessage"
+    "StatusMessage, `Events.Timestamp`, `Events.Name`, `Events.Attributes`"
 )
 
 
@@ -44,6 +45,7 @@ def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Chd
     files = [
         write_span_file(tmp / "hand.json", dataset()),
         write_span_file(tmp / "gen.json", generate(spans=20_000, seed=7, tag="e")),
+        write_span_file(tmp / "incident.json", incident_calls()),
     ]
     con = connect(tmp / "db.duckdb")
     load(con, files)
@@ -213,3 +215,45 @@ class TestReconstructionOnClickHouse:
         assert reconstruct.calls_with_code(ch, "NOT_FOUND", limit=3) == reconstruct.calls_with_code(
             duck, "NOT_FOUND", limit=3
         )
+
+    def test_attributes_come_back_typed_on_both_engines(self, engines):
+        """Contract attributes are typed out of ClickHouse's string map: the same as DuckDB's."""
+        duck, ch = engines
+        (trace_id,) = duck.execute(
+            "SELECT trace_id FROM calls WHERE attempts > 1 ORDER BY start_time LIMIT 1"
+        ).fetchone()
+        expected, got = reconstruct.trace(duck, trace_id), reconstruct.trace(ch, trace_id)
+        assert expected is not None and got is not None
+
+        def attributes(nodes):
+            return [(n.attributes, attributes(n.children)) for n in nodes]
+
+        assert attributes(got.roots) == attributes(expected.roots)
+        assert got.roots[0].attributes["guard.attempts"] > 1
+        assert [e.name for e in got.roots[0].children[-1].events] == [
+            e.name for e in expected.roots[0].children[-1].events
+        ]
+
+    def test_id_prefixes_and_taint_links_match(self, engines):
+        """resolve_id and tainting_call run on ClickHouse and agree with DuckDB."""
+        duck, ch = engines
+        (trace_id, session) = duck.execute(
+            "SELECT trace_id, session FROM calls ORDER BY start_time LIMIT 1"
+        ).fetchone()
+        for column, value in (("trace_id", trace_id), ("session", session)):
+            for n in (len(value), 12, 1):
+                try:
+                    expected = reconstruct.resolve_id(duck, column, value[:n])
+                except reconstruct.AmbiguousIdError as exc:
+                    with pytest.raises(reconstruct.AmbiguousIdError):
+                        reconstruct.resolve_id(ch, column, value[:n])
+                    assert "ambiguous" in str(exc)
+                    continue
+                assert reconstruct.resolve_id(ch, column, value[:n]) == expected == value
+        for call in reconstruct.session_calls(duck, session):
+            assert reconstruct.tainting_call(ch, call) == reconstruct.tainting_call(duck, call)
+        expected, got = reconstruct.trace(duck, TAINTED_TRACE), reconstruct.trace(ch, TAINTED_TRACE)
+        assert expected is not None and got is not None
+        assert [t.trace_id for t in got.tainted_by] == [READ_TRACE]
+        assert got.tainted_by == expected.tainted_by
+        assert got.calls[0].message == expected.calls[0].message

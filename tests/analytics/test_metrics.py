@@ -269,3 +269,12 @@ class TestStageLatency:
         """A one-day bucket puts every stage span of the day in one row."""
         rows = metrics.stage_latency(db, bucket=timedelta(days=1))
         assert {r.bucket for r in rows} == {T0}
+
+
+class TestLatencyRollups:
+    def test_all_services_and_tools_rollup_matches_the_detailed_one(self, db):
+        """Unfiltered stage latency (stage_latency_all) equals the per-tool table summed."""
+        tools = tuple(t for (t,) in db.execute("SELECT DISTINCT tool FROM calls").fetchall())
+        every_tool = metrics.Filters(tools=tools)
+        assert metrics.stage_latency(db) == metrics.stage_latency(db, every_tool)
+        assert db.execute("SELECT count(*) FROM stage_latency_all").fetchall()[0][0] > 0

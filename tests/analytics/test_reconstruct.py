@@ -103,3 +103,12 @@ class TestSessionAndCallId:
         """Calls that ended with a code, oldest first, up to a limit."""
         calls = calls_with_code(db, "CONFIRMATION_REQUIRED", limit=2)
         assert [c.call_id for c in calls] == ["call_s2_3", "call_s3_2"]
+
+
+class TestThroughTheBackend:
+    def test_duckdb_backend_rebuilds_the_same_trace(self, db):
+        """A DuckDBBackend reads the same tree as the bare connection (no engine type check)."""
+        from analytics.query import DuckDBBackend
+
+        assert trace(DuckDBBackend(db), RESUMED_TRACE) == trace(db, RESUMED_TRACE)
+        assert session_calls(DuckDBBackend(db), "s2") == session_calls(db, "s2")

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from datetime import timedelta
 
-from analytics import metrics
+from streamlit.testing.v1 import AppTest
+
+from analytics import gates, metrics
 from analytics.metrics import Filters
 from dashboards.fmt import NO_RATE
+from dashboards.settings import DEFAULT_CONFIRMATION_TTL_SECONDS
+
+TTL = timedelta(seconds=DEFAULT_CONFIRMATION_TTL_SECONDS)
+"""The confirmation TTL the dashboard runs with in the tests (the guard's default)."""
 
 
 def parse_count(text: str) -> int:
@@ -21,7 +29,7 @@ def parse_rate(text: str) -> float | None:
 
 @dataclass(frozen=True)
 class Expected:
-    """The Overview's six numbers as analytics computes them."""
+    """The Overview's numbers as analytics computes them."""
 
     calls: int
     rejection_rate: float | None
@@ -29,6 +37,10 @@ class Expected:
     replays: int
     loop_guards: int
     pending: int
+    model_errors: float | None
+    policy_refusals: float | None
+    human_gates: float | None
+    upstream_failures: float | None
 
 
 def expected_overview(source: metrics.Source, filters: Filters) -> Expected:
@@ -36,13 +48,18 @@ def expected_overview(source: metrics.Source, filters: Filters) -> Expected:
     [total] = metrics.overview(source, filters)
     recovery = metrics.recovery_rate(source, filters)
     fixable = sum(r.rejected for r in recovery)
+    [split] = gates.gate_rates(source, filters)
     return Expected(
         calls=total.calls,
         rejection_rate=total.rejected / total.calls,
         recovery_rate=sum(r.recovered for r in recovery) / fixable if fixable else None,
         replays=sum(r.replayed for r in metrics.replays(source, filters)),
         loop_guards=sum(g.calls for g in metrics.loop_guards(source, filters)),
-        pending=sum(f.pending for f in metrics.confirmation_funnel(source, filters)),
+        pending=gates.pending_approvals(source, filters, ttl=TTL).open,
+        model_errors=split.model_errors / total.calls,
+        policy_refusals=split.policy_refusals / total.calls,
+        human_gates=split.human_gates / total.calls,
+        upstream_failures=split.upstream_failures / total.calls,
     )
 
 
@@ -55,6 +72,10 @@ def shown(labels_to_values: dict[str, str]) -> Expected:
         replays=parse_count(labels_to_values["Replays"]),
         loop_guards=parse_count(labels_to_values["Loop guards"]),
         pending=parse_count(labels_to_values["Pending approvals"]),
+        model_errors=parse_rate(labels_to_values["Model errors"]),
+        policy_refusals=parse_rate(labels_to_values["Policy refusals"]),
+        human_gates=parse_rate(labels_to_values["Human gates"]),
+        upstream_failures=parse_rate(labels_to_values["Upstream failures"]),
     )
 
 
@@ -69,7 +90,25 @@ def assert_same(page: Expected, expected: Expected) -> None:
     for got, want in (
         (page.rejection_rate, expected.rejection_rate),
         (page.recovery_rate, expected.recovery_rate),
+        (page.model_errors, expected.model_errors),
+        (page.policy_refusals, expected.policy_refusals),
+        (page.human_gates, expected.human_gates),
+        (page.upstream_failures, expected.upstream_failures),
     ):
         assert (got is None) == (want is None)
         if got is not None and want is not None:
             assert abs(got - want) <= 0.0005 + 1e-12
+
+
+_CODE_SPAN = re.compile(r"(`+) (.*?) \1(?!`)")
+
+
+def unescape(markdown: str) -> str:
+    """``markdown`` with the values :func:`dashboards.safe.text` put in code spans unwrapped."""
+    return _CODE_SPAN.sub(lambda m: m.group(2), markdown)
+
+
+def table_text(at: AppTest, index: int = 0) -> dict[str, list[str]]:
+    """The ``index``-th ``st.table`` as the reader sees it: column -> cell texts."""
+    frame = at.table[index].value
+    return {str(c): [unescape(str(v)) for v in frame[c]] for c in frame.columns}

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import signal
+import socket
 import subprocess
+import sys
+import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +23,9 @@ class FakeProcess:
     """Stands in for the Streamlit subprocess."""
 
     def wait(self, timeout: float | None = None) -> int:
+        return 0
+
+    def poll(self) -> int:
         return 0
 
 
@@ -55,7 +63,14 @@ class TestCommand:
         result = CliRunner().invoke(cli.dashboard, ["--db", str(db), "--port", "8600"])
         assert result.exit_code == 0, result.output
         assert calls == [
-            {"db": db, "clickhouse": None, "host": "127.0.0.1", "port": 8600, "refresh_seconds": 10}
+            {
+                "db": db,
+                "clickhouse": None,
+                "host": "127.0.0.1",
+                "port": 8600,
+                "refresh_seconds": 10,
+                "confirmation_ttl_seconds": 900.0,
+            }
         ]
         assert "does not exist yet" in result.output
         assert "http://127.0.0.1:8600" in result.output
@@ -95,3 +110,62 @@ class TestServer:
         monkeypatch.setattr(subprocess, "Popen", Recorder)
         start_server(db=fixture_db, port=1)
         assert seen["env"][DB_ENV] == str(fixture_db.absolute())
+
+
+CALLGATE = Path(sys.executable).parent / "callgate"
+
+
+def _children(pid: int) -> list[int]:
+    """Direct children of ``pid`` (Linux /proc)."""
+    out: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        out.extend(int(c) for c in (task / "children").read_text().split())
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+class TestProcesses:
+    def test_busy_port_is_a_message(self) -> None:
+        """A taken port is named, with --port 0 as the way out, before Streamlit starts."""
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+            port = taken.getsockname()[1]
+            result = CliRunner().invoke(cli.dashboard, ["--db", "x.duckdb", "--port", str(port)])
+        assert result.exit_code == 1
+        assert f"port {port} on 127.0.0.1 is already in use" in result.output
+        assert "--port 0" in result.output
+
+    @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+    def test_signal_stops_the_streamlit_child(
+        self, fixture_db: Path, tmp_path: Path, signum: int
+    ) -> None:
+        """`kill <pid>` of a real `callgate dashboard` leaves no Streamlit serving its port."""
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        with (tmp_path / "dashboard.log").open("wb") as log:
+            command = [str(CALLGATE), "dashboard", "--db", str(fixture_db), "--port", str(port)]
+            process = subprocess.Popen(command, stdout=log, stderr=log)
+            try:
+                wait_until_ready(url, process=process, timeout=60)
+                children = _children(process.pid)
+                assert children, "callgate dashboard runs Streamlit as a child"
+                process.send_signal(signum)
+                assert process.wait(timeout=20) in (0, 128 + signum, -signum)
+                deadline = time.monotonic() + 10
+                while any(_alive(c) for c in children) and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                assert not any(_alive(c) for c in children), "the Streamlit child survived"
+                with pytest.raises(OSError):
+                    urllib.request.urlopen(f"{url}/_stcore/health", timeout=2)
+            finally:
+                if process.poll() is None:
+                    process.kill()
+                    process.wait()

@@ -14,7 +14,7 @@ from analytics.metrics import Filters
 from dashboards import source as source_module
 from dashboards.settings import CLICKHOUSE_ENV, DB_ENV, REFRESH_ENV
 
-from .helpers import assert_same, expected_overview, shown
+from .helpers import assert_same, expected_overview, shown, table_text
 
 
 @pytest.fixture(scope="module")
@@ -80,10 +80,59 @@ class TestClickHouse:
         at.query_params["trace"] = trace_id
         at.run()
         assert not at.exception, at.exception
-        table = at.table[0].value
+        table = table_text(at)
         root = view.roots[0]
         assert list(table["span"]) == [root.name, *(c.stage for c in root.children)]
         assert list(table["code"])[-1] == (root.children[-1].code or "")
+
+    def test_every_page_and_the_new_metrics_on_clickhouse(
+        self, monkeypatch: pytest.MonkeyPatch, chdb_backend: Any, fixture_db: Path
+    ) -> None:
+        """Every page renders on ClickHouse; gates, call latency and pending agree with DuckDB."""
+        from datetime import timedelta
+
+        from streamlit.testing.v1 import AppTest
+
+        from analytics import call_latency, gates, reconstruct
+        from dashboards.server import APP
+        from dashboards.views import PAGES
+
+        con = connect(fixture_db, read_only=True)
+        try:
+            assert gates.gate_rates(chdb_backend, by="tool") == gates.gate_rates(con, by="tool")
+            assert gates.code_kinds(chdb_backend) == gates.code_kinds(con)
+            ttl = timedelta(minutes=15)
+            ch_pending = gates.pending_approvals(chdb_backend, ttl=ttl)
+            assert (ch_pending.open, ch_pending.lapsed) == (
+                gates.pending_approvals(con, ttl=ttl).open,
+                gates.pending_approvals(con, ttl=ttl).lapsed,
+            )
+            ch_latency = call_latency.call_latency(chdb_backend)
+            duck_latency = call_latency.call_latency(con)
+            assert [(r.tool, r.calls) for r in ch_latency] == [
+                (r.tool, r.calls) for r in duck_latency
+            ]
+            for a, b in zip(ch_latency, duck_latency, strict=True):
+                assert a.p95_ms == pytest.approx(b.p95_ms, rel=1e-6)
+            (session,) = con.execute(
+                "SELECT session FROM calls WHERE code = 'TAINTED_CONTEXT' ORDER BY 1 LIMIT 1"
+            ).fetchone() or ("",)
+            [call] = reconstruct.session_calls(con, session)[-1:]
+            assert reconstruct.tainting_call(chdb_backend, call) == reconstruct.tainting_call(
+                con, call
+            )
+        finally:
+            con.close()
+        monkeypatch.setattr(source_module, "connect_clickhouse", lambda url: chdb_backend)
+        monkeypatch.delenv(DB_ENV, raising=False)
+        monkeypatch.setenv(CLICKHOUSE_ENV, "http://u:secret@clickhouse:8123/otel")
+        monkeypatch.setenv(REFRESH_ENV, "0")
+        at = AppTest.from_file(str(APP), default_timeout=60)
+        at.run()
+        for page in PAGES:
+            at.sidebar.radio(key="page").set_value(page.slug).run()
+            assert not at.exception, (page.slug, at.exception)
+            assert not at.error, (page.slug, [e.value for e in at.error])
 
     def test_unreachable_server_is_a_message(self, monkeypatch: pytest.MonkeyPatch) -> None:
         """A ClickHouse that cannot be reached is a warning on the page, not a traceback."""

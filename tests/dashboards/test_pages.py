@@ -2,19 +2,33 @@
 
 from __future__ import annotations
 
+import json
+import re
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import duckdb
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from analytics import metrics, reconstruct
+from analytics import call_latency, gates, metrics, reconstruct
 from analytics.metrics import Filters
 from dashboards import fmt
+from dashboards.settings import TTL_ENV
 from dashboards.views import PAGES
+from dashboards.views.overview import KIND_LABELS
 
-from .helpers import assert_same, expected_overview, parse_count, parse_rate, shown
+from .conftest import make_app
+from .helpers import (
+    TTL,
+    assert_same,
+    expected_overview,
+    parse_count,
+    parse_rate,
+    shown,
+    table_text,
+)
 
 ALL = Filters()
 
@@ -85,6 +99,38 @@ class TestOverview:
         assert_same(shown(metric_values(app)), expected)
         assert expected.calls < metrics.overview(con)[0].calls
 
+    def test_split_per_tool_equals_gate_rates(
+        self, app: AppTest, con: duckdb.DuckDBPyConnection
+    ) -> None:
+        """The per-tool table shows gate_rates(by=tool): each kind's share of the tool's calls."""
+        app.run()
+        rows = {r["tool"]: r for r in records(app, 0)}
+        for g in gates.gate_rates(con, by="tool"):
+            row = rows[g.tool]
+            assert row["calls"] == g.calls
+            for kind in gates.GATE_KINDS:
+                assert row[KIND_LABELS[kind]] == fmt.rate(g.rate(kind))
+            assert row["all not OK"] == fmt.rate(g.rejected / g.calls)
+
+    def test_pending_approvals_exclude_expired_ones(
+        self,
+        fixture_db: Path,
+        monkeypatch: pytest.MonkeyPatch,
+        con: duckdb.DuckDBPyConnection,
+    ) -> None:
+        """Undecided approvals older than the confirmation TTL are expired, not pending."""
+        undecided = sum(f.pending for f in metrics.confirmation_funnel(con))
+        found = gates.pending_approvals(con, ttl=TTL)
+        assert found.lapsed > 0 and found.open + found.lapsed == undecided
+        app = make_app(monkeypatch, fixture_db)
+        app.run()
+        assert parse_count(metric_values(app)["Pending approvals"]) == found.open
+        assert f"{fmt.count(found.lapsed)} more expired" in " ".join(c.value for c in app.caption)
+        monkeypatch.setenv(TTL_ENV, str(10 * 365 * 86400))
+        app = make_app(monkeypatch, fixture_db)
+        app.run()
+        assert parse_count(metric_values(app)["Pending approvals"]) == undecided
+
 
 class TestRejections:
     def test_heatmap_table_equals_rejection_rate(
@@ -93,9 +139,14 @@ class TestRejections:
         """The tool x code table lists rejection_rate(by=tool_code): counts, denominators, rates."""
         open_page(app, "rejections")
         expected = metrics.rejection_rate(con, by="tool_code", min_calls=20)
-        assert [
-            (r["tool"], r["code"], r["rejected"], r["calls"], r["rate"]) for r in records(app, 0)
-        ] == [(r.tool, r.code, r.rejected, r.calls, fmt.rate(r.rate)) for r in expected]
+        rows = records(app, 0)
+        assert sorted(
+            (r["tool"], r["code"], r["rejected"], r["calls"], r["rate"]) for r in rows
+        ) == sorted((r.tool, r.code, r.rejected, r.calls, fmt.rate(r.rate)) for r in expected)
+        kinds = {k.code: k.kind for k in gates.code_kinds(con)}
+        assert {r["code"]: r["kind"] for r in rows} == {
+            code: KIND_LABELS[kinds[code]] for code in {r["code"] for r in rows}
+        }
 
     def test_per_tool_and_fields(self, app: AppTest, con: duckdb.DuckDBPyConnection) -> None:
         """Per-tool rates and the top failing fields are analytics' rows."""
@@ -117,13 +168,19 @@ class TestRejections:
         assert {r["rate"] for r in rows} == {fmt.NO_RATE}
         assert sum(r["rejected"] for r in rows) == metrics.overview(con)[0].rejected
 
-    def test_drill_down_defaults_to_the_biggest_cell(
+    def test_drill_down_opens_on_the_biggest_model_error_not_a_gate(
         self, app: AppTest, con: duckdb.DuckDBPyConnection
     ) -> None:
-        """The drill-down opens on the cell with most rejections and states its numbers."""
+        """The drill-down opens on the biggest cell the model can fix, never on a human gate."""
         open_page(app, "rejections")
-        worst = max(metrics.rejection_rate(con, by="tool_code"), key=lambda r: r.rejected)
-        assert app.selectbox(key="rejections_cell").value == f"{worst.tool} · {worst.code}"
+        kinds = {k.code: k.kind for k in gates.code_kinds(con)}
+        cells = metrics.rejection_rate(con, by="tool_code")
+        biggest = max(cells, key=lambda r: r.rejected)
+        assert kinds[str(biggest.code)] == "human_gate", "the fixture's biggest cell is a gate"
+        worst = max(
+            (r for r in cells if kinds[str(r.code)] == "model_error"), key=lambda r: r.rejected
+        )
+        assert app.selectbox(key="rejections_cell").value == (worst.tool, worst.code)
         text = " ".join(m.value for m in app.markdown)
         assert f"**{fmt.count(worst.rejected)}** of {fmt.count(worst.calls)}" in text
 
@@ -132,13 +189,27 @@ class TestRejections:
     ) -> None:
         """The cell's example traces are calls of that tool with that code, linked to the explorer."""
         open_page(app, "rejections")
-        app.selectbox(key="rejections_cell").set_value("get_order · NOT_FOUND").run()
+        app.selectbox(key="rejections_cell").set_value(("get_order", "NOT_FOUND")).run()
         links = [r["trace"] for r in records(app, 3)]
         assert links
         for link in links:
             view = reconstruct.trace(con, link.removeprefix("?page=trace&trace="))
             assert view is not None
             assert (view.calls[0].tool, view.calls[0].code) == ("get_order", "NOT_FOUND")
+
+    def test_heatmap_codes_in_stage_order_and_scale_not_swamped(
+        self, app: AppTest, con: duckdb.DuckDBPyConnection
+    ) -> None:
+        """Columns follow the pipeline's stages; the colour scale saturates below 100%."""
+        open_page(app, "rejections")
+        spec = json.loads(app.get("vega_lite_chart")[0].proto.spec)
+        layers = spec["layer"]
+        assert layers[0]["encoding"]["x"]["sort"] == [k.code for k in gates.code_kinds(con)]
+        stages = [k.stage for k in gates.code_kinds(con)]
+        assert stages == sorted(stages, key=lambda s: metrics.PIPELINE_STAGES.index(s))
+        domain = layers[0]["encoding"]["color"]["scale"]["domain"]
+        rates = [r.rate for r in metrics.rejection_rate(con, by="tool_code") if r.rate]
+        assert domain[0] == 0 and domain[1] < max(rates)
 
 
 class TestRecovery:
@@ -174,8 +245,10 @@ class TestConfirmations:
         assert parse_count(shown_values["Executed"]) == sum(r.approved_executed for r in rows)
         assert parse_count(shown_values["Refused"]) == sum(r.approved_refused for r in rows)
         assert parse_count(shown_values["Denied"]) == sum(r.denied for r in rows)
-        assert parse_count(shown_values["Expired"]) == sum(r.expired for r in rows)
-        assert parse_count(shown_values["Pending"]) == sum(r.pending for r in rows)
+        pending = gates.pending_approvals(con, ttl=TTL)
+        assert parse_count(shown_values["Expired"]) == sum(r.expired for r in rows) + pending.lapsed
+        assert parse_count(shown_values["Pending"]) == pending.open
+        assert pending.open + pending.lapsed == sum(r.pending for r in rows)
         assert [(r["tool"], r["Required"]) for r in records(app, 0)] == [
             (r.tool, r.required) for r in rows
         ]
@@ -205,13 +278,53 @@ class TestLoops:
 
 
 class TestLatency:
+    def test_call_latency_per_tool(self, app: AppTest, con: duckdb.DuckDBPyConnection) -> None:
+        """The first table is call_latency per tool: calls and p50/p95/p99 in fitting units."""
+        open_page(app, "latency")
+        expected = call_latency.call_latency(con)
+        assert [(r["tool"], r["calls"], r["p50"], r["p99"]) for r in records(app, 0)] == [
+            (t.tool, t.calls, fmt.ms(t.p50_ms), fmt.ms(t.p99_ms)) for t in expected
+        ]
+
     def test_table_equals_stage_latency(self, app: AppTest, con: duckdb.DuckDBPyConnection) -> None:
         """Stages in pipeline order with analytics' span counts and percentiles."""
         open_page(app, "latency")
         expected = metrics.stage_latency(con)
-        assert [(r["stage"], r["spans"], r["p50"], r["p99"]) for r in records(app, 0)] == [
+        assert [(r["stage"], r["spans"], r["p50"], r["p99"]) for r in records(app, 1)] == [
             (s.stage, s.spans, fmt.ms(s.p50_ms), fmt.ms(s.p99_ms)) for s in expected
         ]
+
+    def test_durations_read_in_a_unit_that_fits(self, app: AppTest) -> None:
+        """Every duration is 1-999 of µs, ms or s (or 0): never "0.000852 ms", never e-notation."""
+        open_page(app, "latency")
+        cells = [r[p] for i in (0, 1) for r in records(app, i) for p in ("p50", "p95", "p99")]
+        assert cells
+        for cell in cells:
+            assert re.fullmatch(r"(0|[1-9][\d,]*(\.\d+)?|0\.\d+) (µs|ms|s)", cell), cell
+            assert not cell.startswith("0.0") and "e" not in cell.split()[0]
+
+    def test_stage_chart_is_one_panel_per_stage(
+        self, app: AppTest, con: duckdb.DuckDBPyConnection
+    ) -> None:
+        """Stages are small multiples, each titled with its own unit; axes never use e-notation."""
+        open_page(app, "latency")
+        specs = [json.loads(c.proto.spec) for c in app.get("vega_lite_chart")]
+        tools, stages = specs
+        titles = stages["facet"]["sort"]
+        assert [t.split(" (")[0] for t in titles] == [s.stage for s in metrics.stage_latency(con)]
+        assert all(t.endswith(("(µs)", "(ms)", "(s)")) for t in titles)
+        assert stages["resolve"]["scale"]["y"] == "independent"
+        for encoding in (tools["encoding"], stages["spec"]["encoding"]):
+            fmt_ = encoding["y"]["axis"]["format"]
+            assert fmt_.endswith("r"), fmt_  # d3 "r": decimal notation, never 1e-3
+        assert tools["encoding"]["y"]["field"] in ("µs", "ms", "s")
+
+    def test_percentile_choice_applies(self, app: AppTest, con: duckdb.DuckDBPyConnection) -> None:
+        """Choosing p50 redraws both charts with the p50 values."""
+        open_page(app, "latency")
+        app.segmented_control(key="latency_percentile").set_value("p50").run()
+        tools = json.loads(app.get("vega_lite_chart")[0].proto.spec)
+        assert tools["title"].startswith("p50 call latency")
 
 
 class TestTraceExplorer:
@@ -225,13 +338,11 @@ class TestTraceExplorer:
         app.query_params["trace"] = summary.trace_id
         app.run()
         assert not app.exception
-        table = app.table[0].value
+        table = table_text(app)
         root = view.roots[0]
         assert list(table["span"]) == [root.name, *(c.stage for c in root.children)]
         assert list(table["code"])[-1] == (root.children[-1].code or "")
-        assert list(table["duration (ms)"]) == [
-            f"{n.duration_ms:.3f}" for n in (root, *root.children)
-        ]
+        assert list(table["took"]) == [fmt.ms(n.duration_ms) for n in (root, *root.children)]
         assert any(summary.trace_id in c.value for c in app.code)
 
     def test_search_by_session(self, app: AppTest, con: duckdb.DuckDBPyConnection) -> None:
@@ -243,7 +354,7 @@ class TestTraceExplorer:
         assert [r["trace"] for r in records(app, 0)] == [
             f"?page=trace&trace={c.trace_id}" for c in calls
         ]
-        assert app.table[0].value["span"].iloc[0] == f"execute_tool {calls[0].tool}"
+        assert table_text(app)["span"][0] == f"execute_tool {calls[0].tool}"
         assert app.query_params["session"] == session
 
     def test_search_by_call_id(self, app: AppTest, con: duckdb.DuckDBPyConnection) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import duckdb
@@ -13,12 +14,12 @@ from analytics.load import connect, load
 from analytics.synth import generate, write_span_file
 
 from .conftest import build_db, make_app
-from .helpers import parse_count
+from .helpers import parse_count, unescape
 
 
 def messages(at: AppTest) -> str:
-    """Everything the page said in warnings and infos."""
-    return " ".join(e.value for e in [*at.warning, *at.info, *at.error])
+    """Everything the page said in warnings and infos, as the reader sees it."""
+    return " ".join(unescape(e.value) for e in [*at.warning, *at.info, *at.error])
 
 
 class TestUnavailable:
@@ -60,14 +61,23 @@ class TestUnavailable:
         assert not at.exception
         assert "Not a callgate database" in messages(at)
 
-    def test_not_a_database(self, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-        """A file that is not a database at all gets a message, not a traceback."""
+    @pytest.mark.parametrize(
+        "content",
+        [b'{"resourceSpans": []}\n', b"\x00" * 64, b"SQLite format 3\x00" + b"\x00" * 200],
+    )
+    def test_not_a_duckdb_file(
+        self, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, content: bytes
+    ) -> None:
+        """A span file or another database is named "not a DuckDB file", at once, never "busy"."""
         db = tmp_path / "spans.jsonl"
-        db.write_text('{"resourceSpans": []}\n')
+        db.write_bytes(content)
         at = make_app(monkeypatch, db)
+        started = time.monotonic()
         at.run()
         assert not at.exception
-        assert "Cannot open" in messages(at) or "Not a callgate database" in messages(at)
+        text = messages(at)
+        assert f"{db} is not a DuckDB file" in text and "busy" not in text
+        assert time.monotonic() - started < 5, "no lock retries on a file that is not DuckDB"
 
 
 class TestGrowingDatabase:

@@ -82,6 +82,11 @@ class TestFormat:
         assert fmt.count(1234567) == "1,234,567"
         assert fmt.rate(0.36415) == "36.4%"
         assert fmt.rate(None) == fmt.NO_RATE
-        assert fmt.ms(0.20785) == "0.208 ms" and fmt.ms(42.58) == "42.6 ms"
+        assert fmt.ms(0.20785) == "208 µs" and fmt.ms(42.58) == "42.6 ms"
+        assert fmt.ms(0.000852) == "0.852 µs" and fmt.ms(0.0085) == "8.50 µs"
+        assert fmt.ms(1234) == "1.23 s" and fmt.ms(0) == "0 µs"
+        assert fmt.time_unit([0.2, 0.9]) == ("µs", 1000.0)
+        assert fmt.time_unit([0.2, 62.0]) == ("ms", 1.0)
+        assert fmt.time_unit([12_000.0]) == ("s", 0.001)
         assert fmt.duration(timedelta(minutes=5)) == "5 minutes"
         assert fmt.duration(timedelta(hours=1)) == "1 hour"

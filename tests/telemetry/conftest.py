@@ -141,9 +141,9 @@ def read_spans(directory: Path) -> list[dict[str, Any]]:
     """Every span in the trail files under ``directory``, with ``attrs`` as a plain dict."""
     spans = []
     for path in sorted(directory.glob("*.jsonl")):
-        for line in path.read_text().splitlines():
+        for line in path.read_text(encoding="utf-8").split("\n")[:-1]:  # NDJSON: \n only
             for resource_spans in json.loads(line)["resourceSpans"]:
-                for scope_spans in resource_spans["scopeSpans"]:
+                for scope_spans in resource_spans.get("scopeSpans", []):
                     for span in scope_spans["spans"]:
                         span["attrs"] = {
                             item["key"]: attribute_value(item["value"])

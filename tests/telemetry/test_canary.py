@@ -7,7 +7,6 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -15,7 +14,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from guard import MultiObserver
 from guard.testing import ManualClock
 from telemetry import SpanFileWriter, configure
-from telemetry.sidecar import OTLPReceiver
+from telemetry.sidecar import Encoded, OTLPReceiver
 
 from .conftest import KEY
 from .shop_paths import CANARIES, build_guard, drive
@@ -28,13 +27,13 @@ class CapturingReceiver(OTLPReceiver):
 
     def start(self) -> CapturingReceiver:
         self.payloads = []
-        accept = self.receiver.accept
+        accept = self.receiver.accept_protobuf
 
-        def capture(request: ExportTraceServiceRequest) -> None:
-            self.payloads.append(request.SerializeToString())
-            accept(request)
+        def capture(body: bytes) -> Encoded:
+            self.payloads.append(body)
+            return accept(body)
 
-        self.receiver.accept = capture  # type: ignore[method-assign]
+        self.receiver.accept_protobuf = capture  # type: ignore[method-assign]
         super().start()
         return self
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -138,9 +139,13 @@ class TestCaps:
         capped = masker.text("0123456789 4111 1111 1111 1111")
         assert "4111" not in capped
 
-    def test_huge_text_omitted(self, masker: Masker) -> None:
-        """Unbounded text is not scanned: it is replaced by its length."""
-        assert masker.mask_text("a" * 100_000) == "[omitted: 100000 chars]"
+    def test_huge_text_cut_and_hashed(self, masker: Masker) -> None:
+        """Past the scan limit text is not scanned: it is replaced by its length and keyed hash."""
+        masked = masker.mask_text("a" * 100_000)
+        assert masked.startswith("a" * 3000)
+        assert re.search(r"…\[\+\d+ chars h_[0-9a-f]{12}\]$", masked)
+        assert len(masked) < 5000
+        assert masked == masker.mask_text("a" * 100_000)  # equal text, equal hash
 
 
 class TestInjection:

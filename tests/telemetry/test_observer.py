@@ -14,6 +14,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from guard.call import Call
 from guard.codes import Code
+from guard.observe import wants_stage_events
 from guard.result import ToolResult
 from guard.stores.base import ApprovalState, PendingAction
 from telemetry import OTelObserver, attributes, configure
@@ -116,7 +117,9 @@ class TestCallSpan:
             attributes.STAGE_NAME: "schema",
             attributes.STAGE_OUTCOME: "reject",
             attributes.STAGE_CODE: "INVALID_ARGUMENTS",
+            attributes.STAGE_FIXABLE: True,
         }
+        assert attrs[attributes.CODE_STAGE] == "schema"
         assert stages[0]["status"] == {}
 
     def test_stage_times_come_from_the_record(self, trail_dir: Path) -> None:
@@ -224,15 +227,21 @@ class TestRobustness:
         spans = run(trail_dir, (bad, result), make_call())
         assert len([span for span in spans if span["name"].startswith("execute_tool")]) == 1
 
-    def test_other_events_are_free(self) -> None:
-        """Only `call_ended` does work; the other events are no-ops."""
-        observer = OTelObserver([])
+    def test_other_events_are_free(self, trail_dir: Path) -> None:
+        """Only `call_ended` writes: the earlier events leave the trail empty, and the observer
+        tells the pipeline to skip per-stage events altogether."""
+        handle = configure(trail_dir=trail_dir, masking_key=KEY)
+        observer = handle.observer
         call, result = make_call()
         observer.call_started(call)
         observer.stage_started(call, "budget")
         observer.stage_ended(call, call.stages[0])
-        observer.retry_scheduled(call, call.retries[0]) if call.retries else None
+        assert handle.force_flush()
+        assert read_spans(trail_dir) == []
+        assert wants_stage_events(observer) is False
         observer.call_ended(call, result)
+        handle.shutdown()
+        assert [span["name"] for span in read_spans(trail_dir)][:1] == ["execute_tool pay"]
 
 
 class TestParentLink:

@@ -119,7 +119,10 @@ class TestMalformed:
             (b"\xff\xff\xff\xffnot a protobuf", "application/x-protobuf"),
             (b"{not json", "application/json"),
             (b'{"resourceSpans":[{"nope":1}]}', "application/json"),
-            (b'{"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":"zz"}]}]}]}', "application/json"),
+            (
+                b'{"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":"zz"}]}]}]}',
+                "application/json",
+            ),
         ],
     )
     def test_http_malformed_is_400_with_status(
@@ -171,7 +174,11 @@ class TestCommand:
         """`sidecar` is a click command with the documented options."""
         result = CliRunner().invoke(sidecar, ["--help"])
         assert result.exit_code == 0
-        for option in ("--grpc-port", "--http-port", "--host", "--dir", "--max-bytes"):
+        for option in (
+            "--grpc-port", "--http-port", "--host", "--dir", "--max-bytes", "--token",
+            "--token-file", "--insecure", "--max-body", "--max-inflight", "--max-connections",
+            "--idle-timeout",
+        ):  # fmt: skip
             assert option in result.output
         assert sidecar.name == "sidecar"
 
@@ -186,7 +193,14 @@ class TestCommand:
 
         grpc_port, http_port = free_port(), free_port()
         code = "import sys; from telemetry.cli import sidecar; sidecar(sys.argv[1:])"
-        args = ["--dir", str(tmp_path / "out"), "--grpc-port", str(grpc_port), "--http-port", str(http_port)]
+        args = [
+            "--dir",
+            str(tmp_path / "out"),
+            "--grpc-port",
+            str(grpc_port),
+            "--http-port",
+            str(http_port),
+        ]
         process = subprocess.Popen(
             [sys.executable, "-c", code, *args],
             stdout=subprocess.PIPE,

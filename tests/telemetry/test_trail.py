@@ -162,11 +162,40 @@ class TestCompleteness:
         assert count == 100_000
 
 
-class TestFastPath:
-    def test_encode_call_equals_the_general_encoding(self) -> None:
-        """The trail's fast encoder writes what encoding the span records would, for every shop path."""
+class TestOneEncoder:
+    def test_encode_call_is_encode_span_of_the_records(self) -> None:
+        """encode_call writes exactly what encode_span makes of build_call_spans' records, for every
+        shop path (retries included): the stage spans' cached text is the records' encoding."""
         from guard.testing import ManualClock, RecordingObserver
         from telemetry import build_call_spans, encode_call
+        from telemetry.encoder import encode_span
+
+        from .shop_paths import build_guard, drive
+
+        def without_ids(text: str) -> list[dict[str, object]]:
+            spans = json.loads("[" + text + "]")
+            for span in spans:
+                for key in ("traceId", "spanId", "parentSpanId"):
+                    span.pop(key, None)
+            return spans
+
+        recorder = RecordingObserver()
+        clock = ManualClock()
+        guard, backend = build_guard(recorder, clock)
+        drive(guard, backend, clock)
+        masker = Masker(key=KEY)
+        for call, result in [*recorder.ended, make_call(retries=2)]:
+            fast = encode_call(call, result, masker, capture_content=True)
+            records = build_call_spans(call, result, masker, capture_content=True)
+            general = ",".join(encode_span(record) for record in records)
+            assert without_ids(fast) == without_ids(general)
+            assert len(fast) == len(general)  # ids are fixed-width: the text is the same size
+
+    def test_every_shop_path_encodes_as_protobuf_would(self) -> None:
+        """For every shop path, twice (the second time from the shared stage-span text), the line
+        the trail writes is exactly what protobuf's JSON mapping makes of it."""
+        from guard.testing import ManualClock, RecordingObserver
+        from telemetry import encode_call, request_to_json
 
         from .shop_paths import build_guard, drive
 
@@ -175,25 +204,15 @@ class TestFastPath:
         guard, backend = build_guard(recorder, clock)
         drive(guard, backend, clock)
         masker = Masker(key=KEY)
-
-        def normalised(body: str) -> list[dict[str, object]]:
-            spans = json.loads("[" + body + "]")
-            for span in spans:
-                for key in ("traceId", "spanId", "parentSpanId"):
-                    span.pop(key, None)
-            return spans
-
         assert recorder.ended
-        for call, result in recorder.ended:
-            fast = encode_call(call, result, masker, capture_content=True)
-            general = encode_spans(
-                build_call_spans(call, result, masker, capture_content=True),
-                resource={},
-                scope_name="s",
-            )
-            spans = json.loads(general)["resourceSpans"][0]["scopeSpans"][0]["spans"]
-            general_body = json.dumps(spans)[1:-1]
-            assert normalised(fast) == normalised(general_body)
+        for _ in range(2):
+            for call, result in recorder.ended:
+                line = encode_spans(
+                    [encode_call(call, result, masker, capture_content=True)],
+                    resource={"service.name": "shop"},
+                    scope_name="callgate.telemetry",
+                )
+                assert json.loads(request_to_json(parse_request(line))) == json.loads(line)
 
 
 class TestCompletenessWithTheGuard:

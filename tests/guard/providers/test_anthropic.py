@@ -36,7 +36,7 @@ class TestTools:
                     "properties": {
                         "order_id": {
                             "description": "The order id, like ORD-1001.",
-                            "pattern": r"^ORD-\d{4}$",
+                            "pattern": r"^ORD-[0-9]{4}$",
                             "type": "string",
                         }
                     },

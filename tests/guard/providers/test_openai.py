@@ -33,7 +33,7 @@ STRICT_REFUND_SCHEMA: dict[str, Any] = {
     "properties": {
         "order_id": {
             "description": "The order id, like ORD-1001.",
-            "pattern": r"^ORD-\d{4}$",
+            "pattern": r"^ORD-[0-9]{4}$",
             "type": "string",
         },
         "amount_cents": {
@@ -101,7 +101,7 @@ class TestChatTools:
                         "properties": {
                             "order_id": {
                                 "description": "The order id, like ORD-1001.",
-                                "pattern": r"^ORD-\d{4}$",
+                                "pattern": r"^ORD-[0-9]{4}$",
                                 "type": "string",
                             }
                         },

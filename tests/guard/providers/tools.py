@@ -21,7 +21,7 @@ __all__ = [
 class GetOrder(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    order_id: str = Field(pattern=r"^ORD-\d{4}$", description="The order id, like ORD-1001.")
+    order_id: str = Field(pattern=r"^ORD-[0-9]{4}$", description="The order id, like ORD-1001.")
 
 
 class Contact(BaseModel):
@@ -36,7 +36,7 @@ class Contact(BaseModel):
 class RefundOrder(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    order_id: str = Field(pattern=r"^ORD-\d{4}$", description="The order id, like ORD-1001.")
+    order_id: str = Field(pattern=r"^ORD-[0-9]{4}$", description="The order id, like ORD-1001.")
     amount_cents: int = Field(gt=0, description="Integer cents; 25.90 is 2590.")
     currency: Literal["BRL", "USD"]
     note: str | None = Field(default=None, description="Optional note for the ledger.")

@@ -203,3 +203,28 @@ class TestPurge:
         store.create(decided)
         assert store.get("apr_1") == decided
         assert store.purge(900.0 + RETENTION + 1.0) == 1
+
+
+class TestDecided:
+    def test_decided_changes_only_the_decision(self) -> None:
+        """PendingAction.decided equals dataclasses.replace of the three decision fields, for
+        every field the dataclass has (so a new field cannot be forgotten)."""
+        import dataclasses
+
+        action = PendingAction(
+            **{
+                f.name: (
+                    0.5
+                    if f.type in ("float", "float | None")
+                    else ("x",)
+                    if f.name == "scopes"
+                    else f"v-{f.name}"
+                )
+                for f in dataclasses.fields(PendingAction)
+                if f.name not in ("state", "decided_by", "decided_at")
+            }
+        )
+        decided = action.decided(ApprovalState.APPROVED, by="h", at=9.0)
+        assert decided == dataclasses.replace(
+            action, state=ApprovalState.APPROVED, decided_by="h", decided_at=9.0
+        )

@@ -14,6 +14,7 @@ from guard.stores import (
     MemoryIdempotencyStore,
     SQLiteIdempotencyStore,
 )
+from guard.stores._rules import ABANDONED_RETENTION
 from guard.stores.redis import RedisIdempotencyStore
 from tests.guard.stores.threads import run_together
 
@@ -138,6 +139,38 @@ class TestLease:
         claim(store, now=0.0)
         assert claim(store, fingerprint="other", now=LEASE + 1.0).state is ClaimState.CLAIMED
 
+    def test_stale_claim_is_reported_to_a_caller_that_may_not_take_it(
+        self, store: IdempotencyStore
+    ) -> None:
+        """take_stale=False: a stale claim is STALE (other arguments: CONFLICT) and stays held."""
+        claim(store, now=0.0)
+        late = LEASE + 1.0
+        assert store.claim("k", "f", now=late, lease=LEASE, take_stale=False).state is (
+            ClaimState.STALE
+        )
+        assert store.claim("k", "x", now=late, lease=LEASE, take_stale=False).state is (
+            ClaimState.CONFLICT
+        )
+        assert store.claim("k", "f", now=late + 1, lease=LEASE, take_stale=False).state is (
+            ClaimState.STALE
+        )
+
+    def test_a_stale_claim_survives_purge(self, store: IdempotencyStore) -> None:
+        """Purging just after the lease keeps the stale claim, so it still answers STALE."""
+        claim(store, now=0.0)
+        store.purge(LEASE + 10.0)
+        state = store.claim("k", "f", now=LEASE + 20.0, lease=LEASE, take_stale=False).state
+        assert state is ClaimState.STALE
+
+    def test_live_claims_are_unaffected_by_take_stale(self, store: IdempotencyStore) -> None:
+        """Within the lease take_stale changes nothing: IN_FLIGHT, and a free key is CLAIMED."""
+        assert store.claim("k", "f", now=0.0, lease=LEASE, take_stale=False).state is (
+            ClaimState.CLAIMED
+        )
+        assert store.claim("k", "f", now=1.0, lease=LEASE, take_stale=False).state is (
+            ClaimState.IN_FLIGHT
+        )
+
     def test_lease_is_the_callers(self, store: IdempotencyStore) -> None:
         """Staleness is judged with the lease passed to the later claim."""
         store.claim("k", "f", now=0.0, lease=100.0)
@@ -145,13 +178,17 @@ class TestLease:
 
 
 class TestPurge:
-    def test_purge_deletes_expired_results_and_stale_claims(self, store: IdempotencyStore) -> None:
-        """purge removes what has expired and returns how many entries it deleted."""
+    def test_purge_deletes_expired_results_and_long_abandoned_claims(
+        self, store: IdempotencyStore
+    ) -> None:
+        """purge removes expired results, and claims only ABANDONED_RETENTION after their lease."""
         store.complete("old-result", "f", "{}", now=0.0, ttl=10.0)
         claim(store, "stale-claim", now=0.0)
         store.complete("live-result", "f", "{}", now=0.0, ttl=TTL)
-        store.claim("live-claim", "f", now=0.0, lease=TTL)
-        assert store.purge(LEASE + 1.0) == 2
+        assert store.purge(LEASE + 1.0) == 1
+        late = LEASE + ABANDONED_RETENTION + 1.0
+        assert store.purge(late) == 2  # the abandoned claim, and live-result expired meanwhile
+        assert claim(store, "stale-claim", now=late).state is ClaimState.CLAIMED
 
     def test_purge_keeps_live_entries(self, store: IdempotencyStore) -> None:
         """Live claims and results survive a purge unchanged."""

@@ -11,6 +11,7 @@ from guard.stores import (
     MemoryCounterStore,
     MemoryIdempotencyStore,
     PendingAction,
+    StoreFull,
 )
 
 KEYS = 100_000
@@ -51,13 +52,16 @@ class TestBounded:
         assert heap_size(store) < 2_000
 
     def test_idempotency_stays_bounded_as_calls_come_and_go(self) -> None:
-        """100k short-lived claims and results never pile up beyond those alive."""
+        """100k claims, completed or released as the pipeline does, never pile up beyond those
+        alive. (A claim its owner abandoned is kept ABANDONED_RETENTION: it is evidence.)"""
         store = MemoryIdempotencyStore()
         for i in range(KEYS):
             now = i * STEP
             store.claim(f"k{i}", "f", now=now, lease=1.0)
             if i % 2:
                 store.complete(f"k{i}", "f", "{}", now=now, ttl=1.0)
+            else:
+                store.release(f"k{i}")
             assert len(store) < 2_000
         assert heap_size(store) < 2_000
 
@@ -94,48 +98,85 @@ class TestBounded:
 
 
 class TestMaxEntries:
-    def test_cap_is_never_exceeded(self) -> None:
-        """With long ttls the store holds at most max_entries keys."""
-        store = MemoryCounterStore(max_entries=100)
-        for i in range(1_000):
-            store.incr(f"k{i}", now=0.0, ttl=1_000.0 + i)
-        assert len(store) == 100
+    """At the cap a memory store refuses new keys; it never evicts a live entry to make room."""
 
-    def test_cap_evicts_the_entry_due_soonest(self) -> None:
-        """A full store drops the entry that would have expired first."""
+    def test_cap_is_never_exceeded_and_nothing_live_is_evicted(self) -> None:
+        """With long ttls the store holds max_entries keys, refuses the rest, and keeps the first."""
+        store = MemoryCounterStore(max_entries=100)
+        refused = 0
+        for i in range(1_000):
+            try:
+                store.incr(f"k{i}", now=0.0, ttl=1_000.0 + i)
+            except StoreFull:
+                refused += 1
+        assert len(store) == 100 and refused == 900
+        assert all(store.get(f"k{i}", now=0.0) == 1 for i in range(100))
+
+    def test_a_full_store_makes_room_from_expired_entries_only(self) -> None:
+        """A full store sweeps what is due, so an expired entry gives way, a live one never does."""
         store = MemoryCounterStore(max_entries=2)
         store.incr("soon", now=0.0, ttl=10.0)
         store.incr("late", now=0.0, ttl=100.0)
-        store.incr("new", now=0.0, ttl=50.0)
-        assert store.get("soon", now=0.0) == 0
-        assert store.get("late", now=0.0) == 1 and store.get("new", now=0.0) == 1
+        with pytest.raises(StoreFull):
+            store.incr("new", now=5.0, ttl=50.0)
+        store.incr("new", now=11.0, ttl=50.0)
+        assert store.get("late", now=11.0) == 1 and store.get("new", now=11.0) == 1
 
-    def test_cap_evicts_by_current_deadline(self) -> None:
-        """An entry refreshed since it was queued is judged by its new deadline."""
-        store = MemoryCounterStore(max_entries=2)
-        store.incr("refreshed", now=0.0, ttl=10.0)
-        store.incr("other", now=0.0, ttl=50.0)
-        store.incr("refreshed", now=5.0, ttl=100.0)
-        store.incr("new", now=5.0, ttl=60.0)
-        assert store.get("other", now=5.0) == 0
-        assert store.get("refreshed", now=5.0) == 2
+    def test_known_keys_still_count_at_the_cap(self) -> None:
+        """A full store still updates the keys it holds."""
+        store = MemoryCounterStore(max_entries=1)
+        store.incr("k", now=0.0, ttl=10.0)
+        assert store.incr("k", now=1.0, ttl=10.0) == 2
+        assert store.add_within("k", 3, 10, now=1.0, ttl=10.0) is True
 
-    def test_cap_on_idempotency_keeps_the_newest_claims(self) -> None:
-        """Evicting old claims leaves the latest ones held."""
+    def test_cap_on_idempotency_keeps_every_claim_and_result(self) -> None:
+        """A flood of new claims is refused; the claims and results held stay held."""
         store = MemoryIdempotencyStore(max_entries=10)
-        for i in range(100):
+        for i in range(10):
             store.claim(f"k{i}", "f", now=float(i), lease=60.0)
-        assert len(store) == 10
-        assert store.claim("k99", "f", now=100.0, lease=60.0).state is ClaimState.IN_FLIGHT
+        store.complete("k0", "f", '"paid"', now=10.0, ttl=3600.0)
+        with pytest.raises(StoreFull):
+            store.claim("k-new", "f", now=11.0, lease=60.0)
+        assert store.claim("k0", "f", now=12.0, lease=60.0).result == '"paid"'
+        assert store.claim("k9", "f", now=12.0, lease=60.0).state is ClaimState.IN_FLIGHT
 
-    def test_cap_on_approvals_keeps_the_index_consistent(self) -> None:
-        """An evicted approval disappears from find_pending as well."""
+    def test_cap_on_approvals_keeps_the_pending_one(self) -> None:
+        """A full approval store refuses a new action; the pending one stays findable."""
         store = MemoryApprovalStore(max_entries=1)
         store.create(pending(1, now=0.0))
-        store.create(pending(2, now=0.0))
-        assert store.get("apr_1") is None and store.find_pending("p1", now=0.0) is None
-        found = store.find_pending("p2", now=0.0)
+        with pytest.raises(StoreFull):
+            store.create(pending(2, now=0.0))
+        found = store.find_pending("p1", now=0.0)
         assert found is not None and found.state is ApprovalState.PENDING
+
+
+class TestAdmission:
+    """The counter store stops admitting new sessions before its cap, keeping headroom."""
+
+    def test_new_keys_are_admitted_below_the_session_share(self) -> None:
+        """Below session_share of the cap any key is admitted; above it only keys it holds."""
+        store = MemoryCounterStore(max_entries=10, session_share=0.5)
+        for i in range(5):
+            assert store.admits(f"steps:s{i}", now=0.0)
+            store.incr(f"steps:s{i}", now=0.0, ttl=100.0)
+        assert not store.admits("steps:new", now=0.0)
+        assert store.admits("steps:s0", now=0.0)
+        for i in range(5):  # the admitted sessions keep room for their own new keys
+            store.incr(f"turn:s{i}:2", now=0.0, ttl=100.0)
+        assert len(store) == 10
+
+    def test_admission_returns_once_sessions_expire(self) -> None:
+        """Expired sessions are swept when admission is asked, so the store admits again."""
+        store = MemoryCounterStore(max_entries=2, session_share=0.5)
+        store.incr("steps:old", now=0.0, ttl=10.0)
+        assert not store.admits("steps:new", now=5.0)
+        assert store.admits("steps:new", now=11.0)
+
+    @pytest.mark.parametrize("share", [0.0, -1.0, 1.5])
+    def test_session_share_must_be_a_fraction(self, share: float) -> None:
+        """session_share outside (0, 1] is a configuration error."""
+        with pytest.raises(ValueError, match="session_share"):
+            MemoryCounterStore(session_share=share)
 
     @pytest.mark.parametrize("cls", [MemoryCounterStore, MemoryIdempotencyStore])
     def test_cap_below_one_is_rejected(

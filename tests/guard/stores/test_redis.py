@@ -8,8 +8,10 @@ from collections.abc import Callable
 from multiprocessing.synchronize import Barrier
 from typing import Any
 
+import pytest
 import redis
 
+from guard import ConfigurationError
 from guard.stores import ApprovalState, ClaimState, PendingAction
 from guard.stores.redis import (
     RedisApprovalStore,
@@ -202,3 +204,25 @@ class TestClients:
             assert client.ping()
         finally:
             client.close()
+
+
+class TestEvictionPolicy:
+    """A Redis that may evict keys would forget taint marks, limits and claims: refused."""
+
+    @pytest.mark.parametrize("policy", ["allkeys-lru", "volatile-ttl", "volatile-lru"])
+    def test_an_evicting_server_is_refused(self, redis_client: redis.Redis, policy: str) -> None:
+        """open_redis_stores raises ConfigurationError naming the policy, unless told otherwise."""
+        redis_client.config_set("maxmemory-policy", policy)
+        try:
+            with pytest.raises(ConfigurationError, match=policy):
+                open_redis_stores(redis_client)
+            open_redis_stores(redis_client, allow_eviction=True).close()
+        finally:
+            redis_client.config_set("maxmemory-policy", "noeviction")
+
+    def test_noeviction_is_accepted(self, redis_client: redis.Redis) -> None:
+        """The default server policy (noeviction) opens the stores."""
+        assert redis_client.config_get("maxmemory-policy")["maxmemory-policy"] == "noeviction"
+        stores = open_redis_stores(redis_client)
+        assert stores.counters.admits("steps:s1", now=0.0)
+        stores.close()
