@@ -15,6 +15,7 @@ import re
 import sys
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import click
@@ -25,7 +26,16 @@ from .load import ForeignFileError, follow, load
 from .parquet import export_parquet
 from .reconstruct import AmbiguousIdError, calls_by_call_id, resolve_id, session_calls
 from .reconstruct import trace as rebuild_trace
-from .render import calls_table, console, echo_json, print_load, print_report, print_trace
+from .render import (
+    calls_table,
+    console,
+    echo_json,
+    print_load,
+    print_report,
+    print_scenario,
+    print_trace,
+)
+from .scenario import export_scenario
 
 __all__ = [
     "analytics_cli",
@@ -313,19 +323,75 @@ def _resolve(source: metrics.Source, column: str, prefix: str) -> str | None:
 @click.option(
     "--parquet",
     "directory",
-    required=True,
     type=click.Path(file_okay=False),
     help="Write spans here as Parquet, partitioned by day.",
 )
+@click.option(
+    "--scenario",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the selected calls as a `callgate replay` scenario, each expecting its recorded code.",
+)
+@click.option("--tool", "tools", multiple=True, help="Scenario: only calls to this tool.")
+@click.option("--code", "codes", multiple=True, help="Scenario: only calls that ended so.")
+@click.option("--session", "sessions", multiple=True, help="Scenario: only this session.")
+@click.option("--since", default=None, help="Scenario: calls from this ISO 8601 time.")
+@click.option("--until", default=None, help="Scenario: calls before this ISO 8601 time.")
+@click.option(
+    "--principal",
+    "principals",
+    multiple=True,
+    metavar="ID",
+    help="Scenario: a principal id to write back in place of its pseudonym (repeatable).",
+)
+@click.option(
+    "--masking-key-env",
+    default="CALLGATE_MASKING_KEY",
+    show_default=True,
+    help="Scenario: the variable holding the masking key the pseudonyms were made with.",
+)
 @_json_option
-def export_command(database: str, directory: str, as_json: bool) -> None:
-    """Export the spans to Parquet, one directory per day (day=YYYY-MM-DD)."""
+def export_command(
+    database: str,
+    directory: str | None,
+    scenario: Path | None,
+    tools: tuple[str, ...],
+    codes: tuple[str, ...],
+    sessions: tuple[str, ...],
+    since: str | None,
+    until: str | None,
+    principals: tuple[str, ...],
+    masking_key_env: str,
+    as_json: bool,
+) -> None:
+    """Export the spans to Parquet (one directory per day), or calls as a replay scenario."""
+    if (directory is None) == (scenario is None):
+        raise click.UsageError("give one of --parquet DIR or --scenario FILE")
+    key = os.environ.get(masking_key_env)
+    if scenario is not None and principals and not key:
+        raise click.UsageError(
+            f"--principal needs the masking key in ${masking_key_env} to match pseudonyms"
+        )
     try:
         with open_database(database) as con:
-            result = export_parquet(con, directory)
+            if scenario is not None:
+                found = export_scenario(
+                    con,
+                    tools=tools,
+                    codes=codes,
+                    sessions=sessions,
+                    since=_time(since),
+                    until=_time(until),
+                    principals=principals,
+                    key=key,
+                )
+            else:
+                assert directory is not None
+                result = export_parquet(con, directory)
     except DatabaseError as exc:
         raise click.ClickException(str(exc)) from exc
-    if as_json:
+    if scenario is not None:
+        print_scenario(found, scenario, as_json)
+    elif as_json:
         echo_json(result)
     else:
         click.echo(f"wrote {result.spans} spans to {result.directory} ({len(result.days)} days)")

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import json
 import sys
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import fields
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import click
@@ -20,6 +22,7 @@ from rich.tree import Tree
 
 from .load import LoadReport
 from .reconstruct import CallSummary, SpanNode, TraceView, to_jsonable
+from .scenario import ScenarioExport, dumps
 
 __all__ = [
     "calls_table",
@@ -28,6 +31,7 @@ __all__ = [
     "metric_table",
     "print_load",
     "print_report",
+    "print_scenario",
     "print_trace",
 ]
 
@@ -232,3 +236,18 @@ def print_trace(view: TraceView) -> None:
         )
     if view.approvals:
         out.print(calls_table("approval history", view.approvals))
+
+
+def print_scenario(found: ScenarioExport, path: Path, as_json: bool) -> None:
+    """Write the scenario lines to ``path``; say how many calls went in and why any were skipped."""
+    path.write_text("".join(dumps(line) + "\n" for line in found.lines), encoding="utf-8")
+    if as_json:
+        echo_json({"scenario": str(path), "calls": found.calls, "skipped": found.skipped})
+        return
+    click.echo(f"wrote {found.calls} calls to {path}; skipped {len(found.skipped)}")
+    for reason, count in Counter(s.reason for s in found.skipped).most_common():
+        click.echo(f"  {count:>6}  {reason}")
+    for skipped in found.skipped[:20]:
+        click.echo(f"  skipped {skipped.trace_id} {skipped.tool} ({skipped.call_id}): {skipped.reason}")
+    if len(found.skipped) > 20:
+        click.echo(f"  ... and {len(found.skipped) - 20} more (--json lists them all)")

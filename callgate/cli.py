@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any, TextIO
 
 import click
 from rich.console import Console
-from rich.table import Table
 
 from analytics.cli import export_command, load_command, report_command, trace_command
 from callgate.approvals import approvals
 from callgate.codes import codes_command
+from callgate.evaluation.cli import eval_command
 from callgate.gateway.cli import gateway
+from callgate.replay_cli import replay
 from dashboards.cli import dashboard
-from guard.replay import Replayer, load_factory, shop_target
 from telemetry.cli import sidecar
 from telemetry.verify import verify_command
 
@@ -26,27 +24,6 @@ __all__ = ["main"]
 @click.version_option(package_name="callgate")
 def main() -> None:
     """callgate: a deterministic, observable gate between an agent's tool calls and your APIs."""
-
-
-@main.command()
-@click.argument("scenario", type=click.File("r"))
-@click.option(
-    "--app",
-    "app",
-    default=None,
-    metavar="MODULE:FACTORY",
-    help="Your own guard: a factory taking the replay clock, returning a Guard or a target.",
-)
-@click.option("--table", is_flag=True, help="Print a table for people instead of JSON lines.")
-def replay(scenario: TextIO, app: str | None, table: bool) -> None:
-    """Run a scenario file of proposed calls (JSON lines) and print one result line per call."""
-    factory = load_factory(app) if app else shop_target
-    records = Replayer.create(factory).run(scenario)
-    if table:
-        _print_table(list(records))
-        return
-    for record in records:
-        click.echo(json.dumps(record, ensure_ascii=False))
 
 
 for command in (
@@ -60,33 +37,10 @@ for command in (
     codes_command,
     gateway,
     approvals,
+    eval_command,
+    replay,
 ):
     main.add_command(command)
-
-
-def _print_table(records: list[dict[str, Any]]) -> None:
-    table = Table(title="callgate replay", show_lines=False)
-    for column in ("call", "tool", "code", "replayed", "outcome", "message for the model"):
-        table.add_column(column, overflow="fold")
-    for record in records:
-        if "summary" in record or "error" in record:
-            continue
-        style = "green" if record["ok"] else "red"
-        table.add_row(
-            str(record["call_id"]),
-            str(record["tool"]),
-            f"[{style}]{record['code']}[/{style}]",
-            "yes" if record["replayed"] else "",
-            record["outcome"],
-            record["message"][:140],
-        )
-    console = Console()
-    console.print(table)
-    for record in records:
-        if "error" in record:
-            console.print(f"[yellow]line {record['line']} skipped: {record['error']}[/yellow]")
-        if "summary" in record:
-            console.print_json(data=record["summary"])
 
 
 @main.command()

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from callgate.personas import PERSONAS, Decision, Persona, Proposal, Script
-from guard import Code, Observer, RateLimit, ReasonCode, Session, ToolResult
+from guard import Clock, Code, Observer, RateLimit, ReasonCode, Session, ToolResult
 from guard.shop import Order, ShopApp, build_shop, shop_policy
 from guard.testing import ManualClock
 
@@ -278,3 +278,13 @@ def _orders(rng: random.Random, sessions: int) -> tuple[list[Order], dict[str, l
             mine.append(order)
         by_customer[f"CUS-{c}"] = mine
     return orders, by_customer
+
+
+def demo_shop(clock: Clock, *, sessions: int = 2_000, seed: int = 7) -> ShopApp:
+    """The shop as ``callgate demo`` builds it (its orders for ``sessions`` and ``seed``, its rate
+    limit), on ``clock``, with nothing done yet: the target to replay the demo's calls against,
+    ``callgate replay FILE --app callgate.fleet:demo_shop``."""
+    orders, _ = _orders(random.Random(seed), sessions)
+    return build_shop(
+        orders=orders, clock=clock, policy=shop_policy(rate_limit=RateLimit(calls=5, seconds=1.0))
+    )

@@ -19,6 +19,7 @@ __all__ = [
     "color_cap",
     "heatmap",
     "lines",
+    "run_lines",
     "small_multiples",
     "stacked_bars",
     "waterfall",
@@ -297,3 +298,34 @@ def waterfall(rows: Sequence[Row]) -> Any:
     )
     label = base.mark_text(align="left", dx=4).encode(x="end:Q", text="label:N")
     return (bar + label).properties(height=alt.Step(30))
+
+
+def run_lines(
+    rows: Sequence[Row],
+    *,
+    x: str,
+    y: str,
+    color: str,
+    runs: Sequence[str],
+    order: Sequence[str] = (),
+) -> Any:
+    """Rates per evaluation run: ``x`` names the run, in the order ``runs`` gives (oldest first),
+    so runs minutes apart read as apart as runs weeks apart; ``y`` is a rate in [0, 1]."""
+    return (
+        alt.Chart(_data(rows))
+        .mark_line(point=True)
+        .encode(
+            x=alt.X(f"{x}:O", title=None, sort=list(runs), axis=alt.Axis(labelAngle=0)),
+            y=alt.Y(
+                f"{y}:Q", title=None, scale=alt.Scale(domain=[0, 1]), axis=alt.Axis(format=".0%")
+            ),
+            color=alt.Color(
+                f"{color}:N",
+                title=None,
+                sort=list(order) or alt.Undefined,
+                legend=alt.Legend(orient="bottom", columns=6),
+            ),
+            tooltip=[f"{x}:O", f"{color}:N", alt.Tooltip(f"{y}:Q", format=".1%")],
+        )
+        .properties(height=300)
+    )

@@ -1,6 +1,6 @@
 """The dashboard's pages, in the order the sidebar lists them."""
 
-from . import confirmations, latency, loops, overview, recovery, rejections, trace
+from . import confirmations, evaluation, latency, loops, overview, recovery, rejections, trace
 from .base import Page, PageContext
 
 __all__ = ["PAGES", "Page", "PageContext"]
@@ -13,4 +13,5 @@ PAGES: tuple[Page, ...] = (
     loops.PAGE,
     latency.PAGE,
     trace.PAGE,
+    evaluation.PAGE,
 )

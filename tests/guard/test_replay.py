@@ -17,12 +17,12 @@ def line(**fields: Any) -> str:
     return json.dumps({"session": "s1", "principal": "CUS-1", "role": "customer"} | fields)
 
 
-def run(tmp_path: Path, lines: list[str], *args: str) -> list[dict[str, Any]]:
+def run(tmp_path: Path, lines: list[str], *args: str, code: int = 0) -> list[dict[str, Any]]:
     scenario = tmp_path / "scenario.jsonl"
     scenario.write_text("\n".join(lines) + "\n")
     result = CliRunner().invoke(main, ["replay", str(scenario), *args])
-    assert result.exit_code == 0, result.output
-    return [json.loads(row) for row in result.output.splitlines()]
+    assert result.exit_code == code, result.output
+    return [json.loads(row) for row in result.stdout.splitlines()]
 
 
 class TestReplay:
@@ -55,6 +55,8 @@ class TestReplay:
             "side_effects": 1,
             "by_code": None,
             "malformed_lines": 0,
+            "checked": 0,
+            "changed": 0,
         }
         assert rows[-1]["summary"]["by_code"] == {"INVALID_ARGUMENTS": 1, "OK": 3}
 
@@ -84,7 +86,7 @@ class TestReplay:
         assert rows[-1]["summary"]["side_effects"] == 1
 
     def test_malformed_lines_are_counted_and_skipped(self, tmp_path: Path) -> None:
-        """A bad line is reported with its number; the lines around it still run."""
+        """A bad line is reported with its number; the lines around it still run; exit 2."""
         rows = run(
             tmp_path,
             [
@@ -93,6 +95,7 @@ class TestReplay:
                 json.dumps({"tool": "get_order"}),
                 line(tool="get_order", arguments={"order_id": "ORD-1003"}, call_id="c2"),
             ],
+            code=2,
         )
         assert rows[0]["code"] == "OK" and rows[3]["code"] == "OK"
         assert rows[1]["line"] == 2 and rows[2]["line"] == 3
