@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 from guard.codes import Code
 from guard.errors import ConfigurationError
 from guard.pipeline import Guard, Session
-from guard.registry import Handler, ToolContext
+from guard.registry import Handler, ToolContext, ToolSpec
 from guard.result import ToolResult
 from guard.stages.idempotency import proposal_key
 from guard.stores.base import PendingAction
@@ -33,6 +33,7 @@ __all__ = [
     "current_tool_context",
     "fields_of",
     "framework_context",
+    "function_spec",
     "handler_for",
     "model_text",
     "pending_for",
@@ -163,3 +164,41 @@ def approval_for(guard: Guard, session: Session, approval_id: str, tool: str) ->
             f"approval {approval_id!r} is not a pending {tool!r} action of session {session.id!r}"
         )
     return approval_id
+
+
+def function_spec(
+    function: Callable[..., Any],
+    *,
+    name: str,
+    description: str | None,
+    properties: Mapping[str, Any],
+    takes_context: bool,
+    options: Mapping[str, Any],
+) -> ToolSpec:
+    """A framework's function tool as a guard tool.
+
+    The function's signature is the strict argument model (its first parameter skipped when it
+    takes the framework's run context), with the descriptions of the framework's JSON schema as
+    hints; the handler calls the function with the validated values, the framework's context first
+    when it takes one. ``options`` adds the guard's settings (effect, risk, scope, check...).
+    """
+    descriptions = {
+        field: prop["description"] for field, prop in properties.items() if "description" in prop
+    }
+    arguments = signature_model(
+        function, name=name, skip=1 if takes_context else 0, descriptions=descriptions
+    )
+
+    def call(args: BaseModel) -> Any:
+        values = fields_of(args)
+        if takes_context:
+            return function(framework_context.get(), **values)
+        return function(**values)
+
+    return ToolSpec(
+        name=name,
+        description=description or name,
+        arguments=arguments,
+        handler=handler_for(call, is_async=inspect.iscoroutinefunction(function)),
+        **options,
+    )

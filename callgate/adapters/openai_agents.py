@@ -39,7 +39,6 @@
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -51,18 +50,15 @@ from agents.tracing import get_current_span, get_current_trace
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
-from pydantic import BaseModel
 
 from callgate.adapters._common import (
     HUMAN_CODES,
     ToolOptions,
     approval_for,
-    fields_of,
     framework_context,
-    handler_for,
+    function_spec,
     model_text,
     pending_for,
-    signature_model,
 )
 from guard.errors import ConfigurationError
 from guard.pipeline import Guard, Session
@@ -252,25 +248,11 @@ def _spec(tool: FunctionTool, options: Mapping[str, Any]) -> ToolSpec:
             f"tool {tool.name!r} was not made by @function_tool: callgate needs its function"
         ) from None
     schema = function_schema(function)
-    properties = schema.params_json_schema.get("properties", {})
-    descriptions = {
-        name: prop["description"] for name, prop in properties.items() if "description" in prop
-    }
-    takes_context = schema.takes_context
-    arguments = signature_model(
-        function, name=tool.name, skip=1 if takes_context else 0, descriptions=descriptions
-    )
-
-    def call(args: BaseModel) -> Any:
-        values = fields_of(args)
-        if takes_context:
-            return function(framework_context.get(), **values)
-        return function(**values)
-
-    return ToolSpec(
+    return function_spec(
+        function,
         name=tool.name,
-        description=tool.description or tool.name,
-        arguments=arguments,
-        handler=handler_for(call, is_async=inspect.iscoroutinefunction(function)),
-        **options,
+        description=tool.description,
+        properties=schema.params_json_schema.get("properties", {}),
+        takes_context=schema.takes_context,
+        options=options,
     )

@@ -34,11 +34,9 @@
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from pydantic import BaseModel
 from pydantic_ai import RunContext, Tool
 from pydantic_ai.exceptions import ApprovalRequired, ModelRetry, ToolFailed
 from pydantic_ai.tools import (
@@ -55,12 +53,10 @@ from callgate.adapters._common import (
     HUMAN_CODES,
     ToolOptions,
     approval_for,
-    fields_of,
     framework_context,
-    handler_for,
+    function_spec,
     model_text,
     pending_for,
-    signature_model,
 )
 from guard.errors import ConfigurationError
 from guard.pipeline import Guard, Session
@@ -248,26 +244,11 @@ def tool_specs(
 
 
 def _spec(tool: Tool[Any], options: Mapping[str, Any]) -> ToolSpec:
-    properties = tool.function_schema.json_schema.get("properties", {})
-    descriptions = {
-        name: prop["description"] for name, prop in properties.items() if "description" in prop
-    }
-    arguments = signature_model(
-        tool.function, name=tool.name, skip=1 if tool.takes_ctx else 0, descriptions=descriptions
-    )
-    function: Callable[..., Any] = tool.function
-    takes_ctx = tool.takes_ctx
-
-    def call(args: BaseModel) -> Any:
-        values = fields_of(args)
-        if takes_ctx:
-            return function(framework_context.get(), **values)
-        return function(**values)
-
-    return ToolSpec(
+    return function_spec(
+        tool.function,
         name=tool.name,
-        description=tool.description or tool.name,
-        arguments=arguments,
-        handler=handler_for(call, is_async=inspect.iscoroutinefunction(function)),
-        **options,
+        description=tool.description,
+        properties=tool.function_schema.json_schema.get("properties", {}),
+        takes_context=tool.takes_ctx,
+        options=options,
     )
