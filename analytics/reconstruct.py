@@ -143,7 +143,10 @@ def _value(value: dict[str, Any] | None) -> AttributeValue:
 
 
 def _attributes(raw: list[dict[str, Any]] | None) -> dict[str, AttributeValue]:
-    return {a["key"]: _value(a["value"]) for a in raw or ()}
+    # a null or keyless entry can stand in a span file the loader kept: skip it, keep the trace
+    return {
+        a["key"]: _value(a.get("value")) for a in raw or () if isinstance(a, dict) and "key" in a
+    }
 
 
 def _span_attributes(row: dict[str, Any]) -> dict[str, AttributeValue]:
@@ -295,11 +298,12 @@ def _from_ns(ns: int | None) -> datetime | None:
 def _node(row: dict[str, Any], children: dict[str | None, list[dict[str, Any]]]) -> SpanNode:
     events = tuple(
         Event(
-            name=e["name"],
-            time=_from_ns(e["timeUnixNano"]),
-            attributes=_attributes(e["attributes"]),
+            name=e.get("name") or "",
+            time=_from_ns(e.get("timeUnixNano")),
+            attributes=_attributes(e.get("attributes")),
         )
         for e in row["events"] or ()
+        if isinstance(e, dict)
     )
     return SpanNode(
         span_id=row["span_id"],

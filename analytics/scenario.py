@@ -9,7 +9,8 @@ the trail provides it:
    session's invalid streak; its taint). A selected call's session is exported whole, in order, up to
    its last selected call; the extra calls are marked ``"context": true``.
 2. Time: every call is preceded by ``{"at": <epoch seconds>}``, so rate windows, daily limits (per
-   UTC day) and approval expiries fall where they fell.
+   UTC day) and approval expiries fall where they fell; a host's marked turns go with each call
+   (``"turn"``), so the per-turn ceiling applies as it did.
 3. Humans: a decision on a pending action is its own line, ``{"decide": <call id>, "approve": ...}``,
    at the time it was made, expecting the code the resumed call ended with.
 4. Who: principals are stored as keyed hashes. Those named with ``principals`` (hashed with the
@@ -90,6 +91,7 @@ _COLUMNS = (
     "approval_outcome",
     "attempts",
     "turn",
+    "turns_marked",
     "step",
 )
 
@@ -203,7 +205,6 @@ def _lines(
     skipped: list[SkippedCall] = []
     proposals: dict[str, str] = {}
     """approval id -> the call id of the exported call that asked for it."""
-    turns: dict[str, int] = {}
     calls = 0
     for row in rows:
         reason = _unreplayable(row, names, keyed)
@@ -237,10 +238,8 @@ def _lines(
             "call_id": call_id,
             "expect": {"code": row["code"], "replayed": bool(row["replayed"])},
         }
-        turn = row["turn"] or 1
-        if turn > turns.setdefault(row["session"], turn):
-            line["new_turn"] = True
-            turns[row["session"]] = turn
+        if row["turns_marked"] and row["turn"]:  # the host marked turns: replay them marked
+            line["turn"] = row["turn"]
         if row["trace_id"] not in chosen:
             line["context"] = True
         if row["approval_outcome"] == "pending" and row["approval_id"]:

@@ -4,11 +4,12 @@ A call line::
 
     {"session": "s1", "principal": "CUS-1", "role": "customer", "tool": "refund_order",
      "arguments": "<JSON text exactly as the model sent it, or an object>", "call_id": "c1",
-     "approve": true | false | null, "new_turn": false,
+     "approve": true | false | null, "new_turn": false, "turn": 2,
      "expect": {"code": "OK", "replayed": false}}
 
 ``approve`` true: when the call waits for a human, one approves at once and the call resumes; false:
-one denies; null or absent: it stays pending (a later ``decide`` line may settle it). With
+one denies; null or absent: it stays pending (a later ``decide`` line may settle it). ``new_turn``
+starts the next turn; ``turn`` moves the session on to that turn (for hosts that mark turns). With
 ``"principal": null`` the session starts anonymous (role ``role``, default ``anonymous``) and learns
 its user from an authenticating tool. ``expect`` is
 the decision recorded for the call (``callgate export --scenario`` writes it); ``replay --check``
@@ -116,8 +117,9 @@ class Expectation(_Line):
 
 class CallLine(_Line):
     session: str = "default"
-    principal: str | None = Field(min_length=1)
-    """None: the session starts anonymous and learns its user from an authenticating tool."""
+    principal: str | None = Field(default=None, min_length=1)
+    """Who a new session acts for (later lines of a session may leave it out); null: the session
+    starts anonymous and learns its user from an authenticating tool."""
     role: str | None = None
     """Default ``customer``, or ``anonymous`` for an anonymous session."""
     tool: str
@@ -126,6 +128,8 @@ class CallLine(_Line):
     approve: bool | None = None
     approver: str = DEFAULT_APPROVER
     new_turn: bool = False
+    turn: int | None = Field(default=None, ge=1, le=1_000_000)
+    """The turn the call belongs to, for a host that marks turns: the session moves on to it."""
     expect: Expectation | None = None
     context: bool = False
 
@@ -326,6 +330,10 @@ class Replayer:
     def _session(self, line: CallLine) -> Session:
         session = self.sessions.get(line.session)
         if session is None:
+            if "principal" not in line.model_fields_set:
+                raise ValueError(
+                    f"principal: required on the first line of session {line.session!r}"
+                )
             guard = self.target.guard
             if line.principal is None:  # nobody known yet
                 principal = Principal.anonymous(role=line.role or "anonymous")
@@ -334,9 +342,16 @@ class Replayer:
                 principal = Principal(
                     id=line.principal, role=role, scopes=role_scopes(self.target, guard, role)
                 )
-            session = self.sessions[line.session] = guard.session(line.session, principal)
+            session = self.sessions[line.session] = guard.session(
+                line.session, principal, turn=line.turn
+            )
         if line.new_turn:
             session.next_turn()
+        if line.turn is not None:
+            if not session.turns_marked:
+                session.next_turn()
+            while session.turn < line.turn:
+                session.next_turn()
         return session
 
 

@@ -68,6 +68,7 @@ __all__ = [
     "TEXT_REPLACED",
     "TOOL_VERSION",
     "TURN",
+    "TURNS_MARKED",
     "UNTRUSTED",
     "WARNINGS",
     "WARNING_CODES",
@@ -136,6 +137,7 @@ EFFECT = "guard.effect"
 RISK = "guard.risk"
 STEP = "guard.step"
 TURN = "guard.turn"
+TURNS_MARKED = "guard.turns_marked"
 TOOL_VERSION = "guard.tool.version"
 SCHEMA_HASH = "guard.tool.schema_hash"
 PRINCIPAL = "guard.principal"
@@ -228,6 +230,12 @@ CALL_ATTRIBUTES: tuple[Attribute, ...] = (
     _a(RISK, "string", "high", "`low`, `medium` or `high`; absent for unknown tools."),
     _a(STEP, "int", "3", "The call's number in its session, from 1."),
     _a(TURN, "int", "1", "The turn (user message) the call belongs to."),
+    _a(
+        TURNS_MARKED,
+        "bool",
+        "true",
+        "The host marks turns (`Session.next_turn`), so the per-turn ceiling applies.",
+    ),
     _a(TOOL_VERSION, "string", "1", "The tool contract's version."),
     _a(SCHEMA_HASH, "string", "9c1e0a4b2f7d", "Hash of name, version and argument schema."),
     _a(PRINCIPAL, "string", "p_4f9a0c2e1b3d", "Keyed hash of the principal id: pseudonymous."),

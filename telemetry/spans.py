@@ -234,6 +234,7 @@ def call_attributes(
         (attr.OUTCOME, str(result.outcome)),
         (attr.STEP, call.step),
         (attr.TURN, call.turn),
+        (attr.TURNS_MARKED, call.turns_marked),
         (attr.PRINCIPAL, masker.principal(call.principal.id)),
         (attr.ROLE, call.principal.role),
         (attr.MESSAGE, masker.text(result.message)),

@@ -111,6 +111,7 @@ class TestNoNoneCells:
             for frame in (d.value for d in at.dataframe):
                 seen += 1
                 assert not frame.isna().any().any(), (page.slug, frame.columns.tolist())
+        at.sidebar.radio(key="page").set_value("trace").run()
         at.text_input(key="trace_query").set_value(str(held.session)).run()
         for frame in (d.value for d in at.dataframe):
             seen += 1
