@@ -23,6 +23,7 @@ from rich.tree import Tree
 from .load import LoadReport
 from .reconstruct import CallSummary, SpanNode, TraceView, to_jsonable
 from .scenario import ScenarioExport, dumps
+from .units import duration_ms
 
 __all__ = [
     "calls_table",
@@ -107,7 +108,7 @@ def metric_table(title: str, rows: list[Any]) -> Table:
     names = [f.name for f in fields(rows[0]) if any(getattr(r, f.name) is not None for r in rows)]
     for name in names:
         table.add_column(
-            name,
+            name.removesuffix("_ms"),
             justify="right"
             if name not in ("tool", "code", "field", "stage", "session")
             else "left",
@@ -117,7 +118,7 @@ def metric_table(title: str, rows: list[Any]) -> Table:
         for name in names:
             value = getattr(row, name)
             if name.endswith("_ms") and isinstance(value, float):
-                cells.append(f"{value:.3f}")
+                cells.append(duration_ms(value))
             elif name in _PERCENT_FIELDS or not isinstance(value, float):
                 cells.append(_cell(value))
             else:
@@ -135,7 +136,7 @@ def print_report(data: dict[str, list[Any]], out: Console) -> None:
 def _node_label(node: SpanNode) -> Text:
     label = Text()
     label.append(node.name, style="bold")
-    parts = [f"{node.duration_ms:.3f} ms", node.stage_outcome, node.code]
+    parts = [duration_ms(node.duration_ms), node.stage_outcome, node.code]
     label.append("".join(f"  {p}" for p in parts if p))
     if node.status_code == 2:
         label.append("  error", style="red")

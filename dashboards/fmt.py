@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from analytics.units import duration_ms
+
 __all__ = ["NO_RATE", "count", "duration", "ms", "rate", "time_unit", "when"]
 
 NO_RATE = "—"
@@ -21,30 +23,9 @@ def rate(value: float | None) -> str:
 
 
 def ms(value: float) -> str:
-    """A duration given in ms, in the unit that fits, three significant digits, no e-notation.
-
-    ``852 µs`` (never ``0.000852 ms``), ``0.85 µs``, ``42.6 ms``, ``1.23 s``, ``1,234 s``.
-    """
-    if value < 1:
-        return f"{_sig(value * 1000)} µs"
-    if value < 1000:
-        return f"{_sig(value)} ms"
-    if value < 1_000_000:
-        return f"{_sig(value / 1000)} s"
-    return f"{value / 1000:,.0f} s"
-
-
-def _sig(value: float) -> str:
-    """Three significant digits in plain decimal notation: 852, 42.6, 8.52, 0.085."""
-    if value == 0:
-        return "0"
-    if value >= 100:
-        return f"{value:,.0f}"
-    if value >= 10:
-        return f"{value:.1f}"
-    if value >= 1:
-        return f"{value:.2f}"
-    return f"{value:.3f}".rstrip("0").rstrip(".") or "0"
+    """A duration given in ms, in the unit that fits (``852 µs``, ``42.6 ms``, ``1.23 s``): the
+    same words as ``callgate report`` (:func:`analytics.units.duration_ms`)."""
+    return duration_ms(value)
 
 
 def time_unit(values_ms: list[float]) -> tuple[str, float]:

@@ -8,8 +8,11 @@ from pathlib import Path
 import duckdb
 import pytest
 from click.testing import CliRunner
+from rich.console import Console
 
 from analytics.cli import analytics_cli
+from analytics.latency import StageLatency
+from analytics.render import metric_table
 
 from .conftest import dataset, span_count
 from .test_reconstruct import RESUMED_TRACE
@@ -172,3 +175,14 @@ class TestExportCommand:
         code, out = _run("export", "--db", database, "--parquet", str(tmp_path / "pq"))
         assert code == 0 and "1 days" in out
         assert (tmp_path / "pq" / "day=2026-01-01").is_dir()
+
+
+class TestReportUnits:
+    def test_stage_latency_reads_in_the_unit_that_fits(self, tmp_path: Path) -> None:
+        """Stage latency in `callgate report` says µs or ms as fits, never 0.000 (issue 15.4)."""
+        rows = [StageLatency(bucket=None, stage="rules", spans=3, p50_ms=0.000852, p95_ms=0.0426, p99_ms=49.6)]
+        console = Console(width=200, record=True)
+        console.print(metric_table("stage latency", rows))
+        text = console.export_text()
+        assert "0.852 µs" in text and "42.6 µs" in text and "49.6 ms" in text
+        assert "0.000" not in text and "p50_ms" not in text and "p50" in text
