@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -73,28 +72,10 @@ def open_stores(spec: str, *, retention: float = 7 * 86_400.0) -> OpenStores:
 
 def list_actions(stores: OpenStores, *, state: ApprovalState | None = None) -> list[PendingAction]:
     """Every approval the store holds (optionally in one state), newest first."""
-    actions = [a for i in _approval_ids(stores) if (a := stores.approvals.get(i)) is not None]
+    actions = [a for i in stores.approvals.ids() if (a := stores.approvals.get(i)) is not None]
     if state is not None:
         actions = [a for a in actions if _effective_state(a) is state]
     return sorted(actions, key=lambda a: a.created_at, reverse=True)
-
-
-def _approval_ids(stores: OpenStores) -> Iterator[str]:
-    # The approval store protocol has no listing; the ids come straight from the backend.
-    if stores.spec.startswith(("redis://", "rediss://", "unix://")):
-        from guard.stores.redis import DEFAULT_PREFIX
-
-        client = stores.closer.client
-        prefix = f"{DEFAULT_PREFIX}approval:"
-        for key in client.scan_iter(match=prefix + "*", count=500):
-            text = key.decode() if isinstance(key, bytes) else key
-            yield text[len(prefix) :]
-        return
-    connection = sqlite3.connect(stores.spec)
-    try:
-        yield from (row[0] for row in connection.execute("SELECT id FROM approvals").fetchall())
-    finally:
-        connection.close()
 
 
 def _effective_state(action: PendingAction, now: float | None = None) -> ApprovalState:

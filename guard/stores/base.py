@@ -142,6 +142,9 @@ class ApprovalStore(Protocol):
     def get(self, approval_id: str) -> PendingAction | None:
         """The action, whatever its state; None if unknown."""
 
+    def ids(self) -> list[str]:
+        """The ids of every action the store holds, in any state (for approvers' listings)."""
+
     def find_pending(self, proposal_key: str, *, now: float) -> PendingAction | None:
         """An unexpired pending action for this proposal, so a repeated proposal reuses it."""
 

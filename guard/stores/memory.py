@@ -244,6 +244,10 @@ class MemoryApprovalStore(_ExpiringMap[_Held]):
             held = self._entries.get(approval_id)
             return None if held is None else held.action
 
+    def ids(self) -> list[str]:
+        with self._lock:
+            return list(self._entries)
+
     def find_pending(self, proposal_key: str, *, now: float) -> PendingAction | None:
         with self._lock:
             for approval_id in reversed(self._by_proposal.get(proposal_key, ())):

@@ -233,6 +233,10 @@ class RedisApprovalStore(_RedisStore):
             return None
         return _approval({_text(k): _text(v) for k, v in fields.items()})
 
+    def ids(self) -> list[str]:
+        start = len(self._keys)
+        return [key[start:] for batch in self._scan() for key in batch]
+
     def find_pending(self, proposal_key: str, *, now: float) -> PendingAction | None:
         reply = self._find_pending(keys=[self._index + proposal_key], args=[repr(now), self._keys])
         return None if reply is None else _approval(_from_pairs(reply))

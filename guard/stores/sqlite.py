@@ -241,6 +241,9 @@ class SQLiteApprovalStore(SQLiteStoreBase):
         row = self._conn().execute(f"{_SELECT_APPROVALS} WHERE id = ?", (approval_id,)).fetchone()
         return None if row is None else _approval(row)
 
+    def ids(self) -> list[str]:
+        return [row[0] for row in self._conn().execute("SELECT id FROM approvals").fetchall()]
+
     def find_pending(self, proposal_key: str, *, now: float) -> PendingAction | None:
         params = {"proposal_key": proposal_key, "now": now}
         row = self._conn().execute(_FIND_PENDING, params).fetchone()

@@ -68,6 +68,14 @@ class TestCreateAndGet:
         store.create(action(call_id=None, scopes=()))
         assert store.get("apr_1") == action(call_id=None, scopes=())
 
+    def test_ids_list_every_action_in_any_state(self, store: ApprovalStore) -> None:
+        """ids() names every stored action, pending or decided, and nothing else."""
+        assert store.ids() == []
+        store.create(action())
+        store.create(action(id="apr_2", proposal_key="prop2"))
+        store.decide("apr_2", approve=False, by="alice", now=10.0)
+        assert sorted(store.ids()) == ["apr_1", "apr_2"]
+
     def test_get_of_unknown_id_is_none(self, store: ApprovalStore) -> None:
         """An id never created reads as None."""
         assert store.get("apr_missing") is None
