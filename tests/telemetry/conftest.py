@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -119,6 +121,32 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def start_sidecar(
+    args: list[str], *, port: int, prelude: str = "", preexec_fn: Any = None
+) -> subprocess.Popen[bytes]:
+    """``callgate sidecar ARGS`` in a subprocess, returned once ``port`` accepts connections.
+
+    ``prelude`` is Python run first in the child (e.g. to ignore SIGXFSZ)."""
+    code = f"import sys; {prelude}from telemetry.cli import sidecar; sidecar(sys.argv[1:])"
+    process = subprocess.Popen(
+        [sys.executable, "-c", code, *args],
+        stdout=subprocess.PIPE,
+        cwd=Path(__file__).resolve().parents[2],
+        preexec_fn=preexec_fn,
+    )
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return process
+        except OSError:
+            if time.monotonic() >= deadline:
+                process.kill()
+                process.communicate(timeout=20)
+                raise AssertionError("sidecar did not start") from None
+            time.sleep(0.1)
 
 
 @pytest.fixture

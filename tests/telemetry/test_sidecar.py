@@ -185,14 +185,10 @@ class TestCommand:
     def test_sidecar_runs_until_sigterm(self, tmp_path: Path) -> None:
         """The command serves on the given ports, writes span files and stops cleanly on SIGTERM."""
         import signal
-        import subprocess
-        import sys
-        import time
 
-        from .conftest import free_port
+        from .conftest import free_port, start_sidecar
 
         grpc_port, http_port = free_port(), free_port()
-        code = "import sys; from telemetry.cli import sidecar; sidecar(sys.argv[1:])"
         args = [
             "--dir",
             str(tmp_path / "out"),
@@ -201,20 +197,9 @@ class TestCommand:
             "--http-port",
             str(http_port),
         ]
-        process = subprocess.Popen(
-            [sys.executable, "-c", code, *args],
-            stdout=subprocess.PIPE,
-            cwd=Path(__file__).resolve().parents[2],
-        )
+        process = start_sidecar(args, port=http_port)
         try:
-            deadline = time.monotonic() + 20
-            while True:
-                try:
-                    status, _ = post(http_port, b"", "application/x-protobuf")
-                    break
-                except OSError:
-                    assert time.monotonic() < deadline, "sidecar did not start"
-                    time.sleep(0.1)
+            status, _ = post(http_port, b"", "application/x-protobuf")
             assert status == 200  # an empty request is a valid, empty export
             receiver = OTLPReceiver.__new__(OTLPReceiver)
             receiver.grpc_port, receiver.http_port = grpc_port, http_port

@@ -10,8 +10,6 @@ import json
 import os
 import resource
 import socket
-import subprocess
-import sys
 import threading
 import time
 import zlib
@@ -34,7 +32,7 @@ from telemetry.cli import sidecar
 from telemetry.otlpjson import request_to_json
 from telemetry.sidecar import OTLPReceiver
 
-from .conftest import KEY, free_port, make_call, read_spans
+from .conftest import KEY, free_port, make_call, read_spans, start_sidecar
 
 _EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 _PROTOBUF = "application/x-protobuf"
@@ -698,22 +696,9 @@ class TestBombMemory:
     def test_rss_stays_bounded_under_compression_bombs(self, tmp_path: Path) -> None:
         """Four clients each sending 1 MiB gzip bombs (1 GiB inflated): the sidecar's peak RSS stays low."""
         port = free_port()
-        code = "import sys; from telemetry.cli import sidecar; sidecar(sys.argv[1:])"
         args = ["--dir", str(tmp_path / "out"), "--grpc-port", "-1", "--http-port", str(port)]
-        process = subprocess.Popen(
-            [sys.executable, "-c", code, *args],
-            stdout=subprocess.PIPE,
-            cwd=Path(__file__).resolve().parents[2],
-        )
+        process = start_sidecar(args, port=port)
         try:
-            deadline = time.monotonic() + 20
-            while True:
-                try:
-                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                    break
-                except OSError:
-                    assert time.monotonic() < deadline, "sidecar did not start"
-                    time.sleep(0.1)
             packed = bomb(1024)
             data = post_bytes(
                 packed,
@@ -748,10 +733,6 @@ class TestStorageFailure:
     def test_unwritable_spans_are_503_and_unavailable(self, tmp_path: Path) -> None:
         """Past a 200 kB file-size limit (EFBIG, a real OS refusal) requests are told to retry."""
         grpc_port, http_port = free_port(), free_port()
-        code = (
-            "import signal, sys; signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
-            "from telemetry.cli import sidecar; sidecar(sys.argv[1:])"
-        )
         args = [
             "--dir",
             str(tmp_path),
@@ -760,21 +741,13 @@ class TestStorageFailure:
             "--http-port",
             str(http_port),
         ]
-        process = subprocess.Popen(
-            [sys.executable, "-c", code, *args],
-            stdout=subprocess.PIPE,
-            cwd=Path(__file__).resolve().parents[2],
+        process = start_sidecar(
+            args,
+            port=http_port,
+            prelude="import signal; signal.signal(signal.SIGXFSZ, signal.SIG_IGN); ",
             preexec_fn=_limit_file_size,
         )
         try:
-            deadline = time.monotonic() + 20
-            while True:
-                try:
-                    socket.create_connection(("127.0.0.1", http_port), timeout=1).close()
-                    break
-                except OSError:
-                    assert time.monotonic() < deadline, "sidecar did not start"
-                    time.sleep(0.1)
             body = spans_request(200).SerializeToString()
             data = post_bytes(body, f"Content-Type: {_PROTOBUF}", f"Content-Length: {len(body)}")
             statuses = [exchange(http_port, data)[0] for _ in range(12)]
