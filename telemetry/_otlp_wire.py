@@ -1,58 +1,64 @@
-"""OTLP/protobuf request bytes -> OTLP JSON line, reading the wire format for the repetitive parts.
+"""OTLP/protobuf request bytes -> the one encoder's line, reading the wire format for the repetitive parts.
 
 Callgate's spans repeat themselves: nine stage spans a call whose attributes, status and name are
 the same from call to call, only ids and times differ; and a call span's attributes are mostly
-codes, tools, flags and steps. ``encode_wire`` walks the serialized request itself: the ids, name,
-kind and times at the head of each span are sliced out of the bytes, and what follows (each
-attribute, then the status and any other field) is looked up by its exact bytes in a cache of
-JSON fragments. Only a fragment never seen before is decoded with upb and encoded by
-``telemetry._otlp_proto``; a fragment is kept once it has been seen twice, so unique values do not
-fill the cache.
+codes, tools, flags and steps. ``encode_wire`` walks the serialized request itself: the ids and
+times at the head of each span are sliced out of the bytes, and the rest (the name and kind; each
+attribute; the fields after the attributes; all of those as a whole) is looked up by its exact
+bytes in a cache of text. Only bytes never seen before are decoded with upb into records
+(``telemetry._otlp_proto``) and encoded by ``telemetry.encoder``, which writes every fragment:
+this module writes no JSON of its own. A fragment is kept once it has been seen twice, so unique
+values do not fill the cache.
 
-The result is exactly what ``encode_request`` makes of the parsed message (a test holds them equal
-over generated messages and mangled bytes). Whatever this walk does not expect (fields out of order
-or repeated, a trace state, a malformed length, bytes upb would reject) hands that span, or the
-whole request, to the upb path: ``None`` from ``encode_wire`` means "parse it the usual way".
+The result is exactly ``telemetry._otlp_proto.encode_request`` of the parsed message (a test holds
+them equal over generated messages and mangled bytes). Whatever this walk does not expect (fields
+out of order or repeated, a trace state, a malformed length, bytes upb would reject) hands that
+span, or the whole request, to the upb path: ``None`` from ``encode_wire`` means "parse it the
+usual way".
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from json.encoder import encode_basestring
+from collections.abc import Callable, Iterator
+from struct import Struct
 from typing import Any
 
 from opentelemetry.proto.common.v1.common_pb2 import InstrumentationScope, KeyValue
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
+from telemetry import encoder
 from telemetry._otlp_proto import (
     Encoded,
-    _attributes,
-    _cached_text,
-    _field_encoder,
-    _resource_field,
-    _schema_field,
-    _scope_field,
-    _span,
+    bad_ids,
+    pairs,
+    resource_group,
+    scope_group,
+    span_record,
 )
+from telemetry.records import ResourceGroup, ScopeGroup
 
 __all__ = ["encode_wire"]
 
 _CACHE_LIMIT = 1 << 14
 _LARGEST = 1024
 """Fragments longer than this are not cached: the caches stay under ~3 * 16384 * 2 KiB."""
-_ERROR = "trace_id must be 16 bytes and span_id 8 bytes"
-_escape = encode_basestring
 _attribute_texts: dict[bytes, str] = {}
-"""Exact bytes of one attribute -> its JSON text."""
-_tail_texts: dict[bytes, str] = {}
-"""Exact bytes of a span's fields after its attributes -> their JSON text."""
+"""Exact bytes of one attribute -> its text."""
+_later_texts: dict[bytes, str] = {}
+"""Exact bytes of a span's fields after its attributes -> their text."""
 _rest_texts: dict[bytes, str] = {}
-"""Exact bytes of a span's attributes and later fields -> their JSON text (stage spans repeat)."""
+"""Exact bytes of a span's attributes and later fields -> their text (stage spans repeat)."""
 _seen: set[tuple[int, int]] = set()
 _heads: dict[bytes, str] = {}
-"""Exact bytes of a span's name and kind fields -> their JSON text."""
-_span_fields = {field.number: _field_encoder(field) for field in Span.DESCRIPTOR.fields}
+"""Exact bytes of a span's name and kind fields -> their text."""
+_groups: dict[tuple[int, bytes], str] = {}
+"""Exact bytes of a resource or scope -> the text of its group's head."""
+_EMPTY_RESOURCE = encoder.resource_head(ResourceGroup())
+_EMPTY_SCOPE = encoder.scope_head(ScopeGroup())
+_times = Struct("<xQxQ").unpack_from
+"""Both times, when start (tag 0x39) and end (tag 0x41) follow each other as usual."""
+_time = Struct("<xQ").unpack_from
 
 
 class _Unexpected(Exception):
@@ -90,53 +96,72 @@ def _remember(cache: dict[bytes, str], key: bytes, text: str) -> None:
 def _attribute(key: bytes) -> str:
     text = _attribute_texts.get(key)
     if text is None:
-        text = _attributes([KeyValue.FromString(key)])[1:-1]
+        ((name, value),) = pairs([KeyValue.FromString(key)])
+        text = encoder.encode_attribute(name, value)
         _remember(_attribute_texts, key, text)
     return text
 
 
-def _tail(key: bytes) -> str:
-    """The JSON of a span's fields after its attributes (``,``-led), from their bytes."""
-    text = _tail_texts.get(key)
+def _later(key: bytes) -> str:
+    """The text of a span's fields after its attributes, from their bytes."""
+    text = _later_texts.get(key)
     if text is None:
         span = Span.FromString(key)
-        fields = span.ListFields()
-        if any(field.number <= 9 for field, _ in fields):
-            raise _Unexpected  # an early field again, or attributes after other fields
-        text = "".join(["," + _span_fields[field.number](value) for field, value in fields])
-        _remember(_tail_texts, key, text)
+        if _min_field(key) <= 9:
+            raise _Unexpected  # an early field again (even at its default), or attributes after others
+        text = encoder.span_later(span_record(span))
+        _remember(_later_texts, key, text)
     return text
 
 
+def _min_field(data: bytes) -> int:
+    """The lowest field number among the fields in ``data`` (a span's bytes upb has parsed)."""
+    lowest = 1 << 29
+    pos = 0
+    while pos < len(data):
+        tag, pos = _varint(data, pos)
+        lowest = min(lowest, tag >> 3)
+        kind = tag & 7
+        if kind == 0:
+            _, pos = _varint(data, pos)
+        elif kind == 1:
+            pos += 8
+        elif kind == 2:
+            size, pos = _varint(data, pos)
+            pos += size
+        elif kind == 5:
+            pos += 4
+        else:
+            raise _Unexpected  # groups: upb took them, this walk does not
+    return lowest
+
+
 def _head(key: bytes) -> str:
-    """``,"name":...,"kind":N`` from the bytes of a span's name and kind fields."""
+    """``span_head`` from the bytes of a span's name and kind fields."""
     text = _heads.get(key)
     if text is None:
         span = Span.FromString(key)
-        text = ""
-        if span.name:
-            text += ',"name":' + _escape(span.name)
-        if span.kind:
-            text += ',"kind":' + str(span.kind)
+        text = encoder.span_head(span.name, span.kind)
         if len(_heads) < _CACHE_LIMIT:
             _heads[key] = text
     return text
 
 
-def _span_text(data: bytes, pos: int, end: int) -> str | None:
-    """One span's JSON from its bytes ``data[pos:end]``; ``None`` when its ids are malformed."""
+def _span_text(data: bytes, hexed: str, pos: int, end: int) -> str | None:
+    """One span's text from its bytes ``data[pos:end]`` (``hexed`` is ``data.hex()``);
+    ``None`` when its ids are malformed."""
     start = pos
     if data[pos] != 0x0A or data[pos + 1] != 16 or data[pos + 18] != 0x12 or data[pos + 19] != 8:
         return _slow_span(data, start, end)
-    text = (
-        '{"traceId":"' + data[pos + 2 : pos + 18].hex()
-        + '","spanId":"' + data[pos + 20 : pos + 28].hex() + '"'
-    )  # fmt: skip
+    at = 2 * pos
+    trace_id = hexed[at + 4 : at + 36]
+    span_id = hexed[at + 40 : at + 56]
     pos += 28
+    parent = ""
     if pos < end and data[pos] == 0x22:  # parent_span_id
         if data[pos + 1] != 8:
             return _slow_span(data, start, end)
-        text += ',"parentSpanId":"' + data[pos + 2 : pos + 10].hex() + '"'
+        parent = hexed[2 * pos + 4 : 2 * pos + 20]
         pos += 10
     head = pos
     if pos < end and data[pos] == 0x2A:  # name
@@ -153,37 +178,36 @@ def _span_text(data: bytes, pos: int, end: int) -> str | None:
             _, pos = _varint(data, pos + 1)
     if pos > end:
         raise _Unexpected
+    name = ""
     if pos > head:
         key = data[head:pos]
-        name = _heads.get(key)
-        text += _head(key) if name is None else name
+        name = _heads.get(key) or _head(key)
+    begin = finish = 0
     if pos < end and data[pos] == 0x39:  # start_time_unix_nano
-        value = int.from_bytes(data[pos + 1 : pos + 9], "little")
-        if value:
-            text += ',"startTimeUnixNano":"' + str(value) + '"'
-        pos += 9
-    if pos < end and data[pos] == 0x41:  # end_time_unix_nano
-        value = int.from_bytes(data[pos + 1 : pos + 9], "little")
-        if value:
-            text += ',"endTimeUnixNano":"' + str(value) + '"'
+        if pos + 9 < end and data[pos + 9] == 0x41:  # end_time_unix_nano
+            begin, finish = _times(data, pos)
+            pos += 18
+        else:
+            (begin,) = _time(data, pos)
+            pos += 9
+    elif pos < end and data[pos] == 0x41:
+        (finish,) = _time(data, pos)
         pos += 9
     if pos > end:
         raise _Unexpected
     rest = data[pos:end]
-    whole = _rest_texts.get(rest)
-    if whole is not None:  # a stage span: attributes and status seen before, as a whole
-        return text + whole
-    try:
-        whole = _rest(data, pos, end)
-    except _Unexpected:
-        return _slow_span(data, start, end)
-    _remember(_rest_texts, rest, whole)
-    return text + whole
+    tail = _rest_texts.get(rest)
+    if tail is None:
+        try:
+            tail = _rest(data, pos, end)
+        except _Unexpected:
+            return _slow_span(data, start, end)
+        _remember(_rest_texts, rest, tail)
+    return encoder.join_span(trace_id, span_id, parent, name, begin, finish, tail)
 
 
 def _rest(data: bytes, pos: int, end: int) -> str:
-    """The JSON of a span's attributes and later fields (``data[pos:end]``), closing brace included."""
-    text = ""
+    """The text of a span's attributes and later fields (``data[pos:end]``), closing brace included."""
     parts = []
     known = _attribute_texts
     while pos < end and data[pos] == 0x4A:  # attributes
@@ -198,15 +222,17 @@ def _rest(data: bytes, pos: int, end: int) -> str:
         key = data[after:pos]
         fragment = known.get(key)
         parts.append(_attribute(key) if fragment is None else fragment)
-    if parts:
-        text += ',"attributes":[' + ",".join(parts) + "]"
-    if pos < end:
-        text += _tail(data[pos:end])
-    return text + "}"
+    later = _later(data[pos:end]) if pos < end else encoder.span_later(_NO_SPAN)
+    return encoder.span_tail(parts, later)
+
+
+_NO_SPAN = span_record(Span())
+"""A span with nothing after its attributes (``span_later`` of it: the empty status, the brace)."""
 
 
 def _slow_span(data: bytes, start: int, end: int) -> str | None:
-    return _span(Span.FromString(data[start:end]))
+    span = Span.FromString(data[start:end])
+    return None if bad_ids(span) else encoder.encode_span(span_record(span))
 
 
 def _fields(data: bytes, pos: int, end: int) -> Iterator[tuple[int, int, int]]:
@@ -244,30 +270,40 @@ def encode_wire(body: bytes) -> Encoded | None:
         return None
 
 
-def _wrap(
-    found: tuple[int, int] | None,
-    schema: tuple[int, int] | None,
-    data: bytes,
-    head_field: Any,
-    cls: Any,
-) -> tuple[str, str]:
-    """The text before and after the list of a resource or scope group (decoded even when unused:
-    upb would refuse a corrupt one, so must this)."""
-    head = "{"
-    if found is not None:
-        head += _cached_text(head_field, cls, data[found[0] : found[1]]) + ","
-    tail = "]"
-    if schema is not None:
-        url = data[schema[0] : schema[1]].decode("utf-8")
-        if url:
-            tail += "," + _schema_field(url)
-    return head, tail + "}"
+def _group_head(
+    found: tuple[int, int] | None, data: bytes, cls: Any, make: Callable[[Any], str], empty: str
+) -> str:
+    """The head text of a resource or scope group, remembered by the group's bytes (decoded even
+    when unused: upb would refuse a corrupt one, so must this)."""
+    if found is None:
+        return empty
+    key = (id(cls), data[found[0] : found[1]])
+    text = _groups.get(key)
+    if text is None:
+        text = make(cls.FromString(key[1]))
+        if len(_groups) >= _CACHE_LIMIT:
+            _groups.clear()
+        _groups[key] = text
+    return text
+
+
+def _resource_head(resource: Any) -> str:
+    return encoder.resource_head(resource_group(resource))
+
+
+def _scope_head(scope: Any) -> str:
+    return encoder.scope_head(scope_group(scope))
+
+
+def _schema(found: tuple[int, int] | None, data: bytes) -> str:
+    return "" if found is None else data[found[0] : found[1]].decode("utf-8")
 
 
 def _encode(data: bytes) -> Encoded:
     groups: list[str] = []
     spans = rejected = 0
     error = ""
+    hexed = data.hex()
     for number, group_start, group_end in _fields(data, 0, len(data)):
         if number != 1:
             raise _Unexpected
@@ -291,11 +327,11 @@ def _encode(data: bytes) -> Encoded:
                     text = (
                         _slow_span(data, start, end)
                         if end - start < 28
-                        else _span_text(data, start, end)
+                        else _span_text(data, hexed, start, end)
                     )
                     if text is None:
                         rejected += 1
-                        error = error or _ERROR
+                        error = error or bad_ids(Span.FromString(data[start:end]))
                     else:
                         texts.append(text)
                 elif kind == 1 and scope is None:
@@ -304,14 +340,14 @@ def _encode(data: bytes) -> Encoded:
                     scope_schema = (start, end)
                 else:
                     raise _Unexpected
-            scope_head, scope_tail = _wrap(
-                scope, scope_schema, data, _scope_field, InstrumentationScope
-            )
+            head = _group_head(scope, data, InstrumentationScope, _scope_head, _EMPTY_SCOPE)
+            url = _schema(scope_schema, data)
             if texts:
                 spans += len(texts)
-                scope_groups.append(scope_head + '"spans":[' + ",".join(texts) + scope_tail)
-        group_head, group_tail = _wrap(resource, group_schema, data, _resource_field, Resource)
+                scope_groups.append(encoder.join_scope(head, texts, url))
+        head = _group_head(resource, data, Resource, _resource_head, _EMPTY_RESOURCE)
+        url = _schema(group_schema, data)
         if scope_groups:
-            groups.append(group_head + '"scopeSpans":[' + ",".join(scope_groups) + group_tail)
-    line = '{"resourceSpans":[' + ",".join(groups) + "]}" if groups else ""
+            groups.append(encoder.join_resource(head, scope_groups, url))
+    line = encoder.join_request(groups) if groups else ""
     return Encoded(line, spans, rejected, error)

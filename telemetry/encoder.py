@@ -1,11 +1,18 @@
 """The one OTLP JSON encoder: span records to lines, as the OpenTelemetry Collector writes them.
 
 One line is one ``ExportTraceServiceRequest``; trace and span ids as lowercase hex; ``kind`` and
-status ``code`` as integers; 64-bit integers (times, ``intValue``) as decimal strings; empty fields
-left out. Everything that writes spans as OTLP JSON comes here: the trail (``encode_spans`` of
-``telemetry.spans.encode_call`` text), the sidecar (``encode_request`` via
-``telemetry.otlpjson.request_to_line``), the benchmarks and ``analytics.synth``'s fixtures.
-Fragments that repeat (codes, flags, stage spans' text) are cached, bounded.
+status ``code`` as integers; 64-bit integers (times, ``intValue``) as decimal strings; doubles as
+``repr`` (non-finite ones as proto3's ``"NaN"``/``"Infinity"`` strings); fields in field-number
+order, as protobuf's JSON mapping writes them; scalar fields at their default (``0``, ``""``)
+left out, except a span's ids and an attribute's key, while ``resource``, ``scope`` and ``status``
+are always written (``{}`` when empty).
+
+Everything that writes spans as OTLP JSON comes here: the trail (``encode_spans`` of
+``telemetry.spans.encode_call`` text), the sidecar (``telemetry._otlp_wire`` reads the received
+bytes and asks for each fragment: ``span_head``, ``span_tail``, ``encode_attribute``, ``join_*``;
+anything unusual goes through ``telemetry._otlp_proto`` records and ``encode_request``), the
+benchmarks and ``analytics.synth``'s fixtures. Fragments that repeat (codes, flags, stage spans'
+text) are cached, bounded.
 """
 
 from __future__ import annotations
@@ -20,9 +27,11 @@ from telemetry import attributes as attr
 from telemetry.records import (
     KIND_INTERNAL,
     AttributeValue,
+    EventRecord,
     KeyValueList,
     LinkRecord,
     ResourceGroup,
+    ScopeGroup,
     Shape,
     SpanRecord,
     encodable,
@@ -31,11 +40,22 @@ from telemetry.records import (
 )
 
 __all__ = [
+    "encode_attribute",
     "encode_attributes",
     "encode_request",
     "encode_shaped",
     "encode_span",
     "encode_spans",
+    "join_request",
+    "join_resource",
+    "join_scope",
+    "join_span",
+    "resource_head",
+    "scope_head",
+    "span_head",
+    "span_later",
+    "span_tail",
+    "span_trace_state",
 ]
 
 _escape = encode_basestring
@@ -79,6 +99,11 @@ def _double(value: float) -> str:
 
 def _attribute(key: str, value: Any) -> str:
     return '{"key":' + _escape(key) + ',"value":' + _value(value) + "}"
+
+
+def encode_attribute(key: str, value: Any) -> str:
+    """One ``{"key":...,"value":{...}}``: what ``encode_attributes`` writes for that pair."""
+    return _attribute(key, value)
 
 
 _LOW_CARDINALITY = frozenset(
@@ -165,57 +190,129 @@ def _shaped_parts(span: SpanRecord) -> tuple[str, str] | None:
     return None
 
 
-def _parts(span: SpanRecord) -> tuple[str, str]:
-    """The text of a span before its start time and after its end time, ids aside."""
-    name = '"'
-    if span.trace_state:
-        name += ',"traceState":' + _escape(span.trace_state)
-    name += ',"name":' + _escape(span.name)
-    if span.flags:
-        name += ',"flags":' + str(span.flags)
-    name += (',"kind":' + str(span.kind) if span.kind else "") + ',"startTimeUnixNano":"'
-    tail = '"'
-    if span.attributes:
-        tail += ',"attributes":' + encode_attributes(span.attributes)
+# A span's text, in field-number order (what protobuf's JSON mapping writes):
+#   {"traceId", "spanId", traceState, parentSpanId | head: name, kind | times |
+#    tail: attributes, then later: droppedAttributesCount, events, droppedEventsCount, links,
+#    droppedLinksCount, status, flags}
+# Each piece is a function below, so a reader that caches text by its input's bytes
+# (``telemetry._otlp_wire``) asks this module for every piece and writes no JSON of its own.
+
+
+def span_head(name: str, kind: int) -> str:
+    """``,"name":...,"kind":N``: a span's fields between its ids and its times (each if set)."""
+    text = ',"name":' + _escape(name) if name else ""
+    return text + ',"kind":' + str(kind) if kind else text
+
+
+def span_trace_state(trace_state: str) -> str:
+    """``,"traceState":...`` (or nothing): between a span's ``spanId`` and ``parentSpanId``."""
+    return ',"traceState":' + _escape(trace_state) if trace_state else ""
+
+
+def span_tail(attributes: Sequence[str], later: str) -> str:
+    """A span's text after its times: its attributes (``encode_attribute`` texts), then ``later``."""
+    if attributes:
+        return ',"attributes":[' + ",".join(attributes) + "]" + later
+    return later
+
+
+def span_later(span: SpanRecord) -> str:
+    """A span's fields after its attributes, closing brace included (``status`` always)."""
+    text = ""
     if span.dropped_attributes_count:
-        tail += ',"droppedAttributesCount":' + str(span.dropped_attributes_count)
+        text += ',"droppedAttributesCount":' + str(span.dropped_attributes_count)
     if span.events:
-        events = ",".join(
-            '{"timeUnixNano":"'
-            + str(event.time_ns)
-            + '","name":'
-            + _escape(event.name)
-            + (',"attributes":' + encode_attributes(event.attributes) if event.attributes else "")
-            + "}"
-            for event in span.events
-        )
-        tail += ',"events":[' + events + "]"
+        text += ',"events":[' + ",".join(_event(event) for event in span.events) + "]"
     if span.dropped_events_count:
-        tail += ',"droppedEventsCount":' + str(span.dropped_events_count)
+        text += ',"droppedEventsCount":' + str(span.dropped_events_count)
     if span.links:
-        tail += ',"links":[' + ",".join(_link(link) for link in span.links) + "]"
+        text += ',"links":[' + ",".join(_link(link) for link in span.links) + "]"
     if span.dropped_links_count:
-        tail += ',"droppedLinksCount":' + str(span.dropped_links_count)
-    status = []
-    if span.status_message:
-        status.append('"message":' + _escape(span.status_message))
-    if span.status_code:
-        status.append('"code":' + str(span.status_code))
-    tail += ',"status":{' + ",".join(status) + "}}"
-    return name, tail
+        text += ',"droppedLinksCount":' + str(span.dropped_links_count)
+    message, code = span.status_message, span.status_code
+    if message:
+        text += (
+            ',"status":{"message":' + _escape(message) + (',"code":' + str(code) if code else "")
+        )
+        text += "}"
+    else:
+        text += ',"status":{"code":' + str(code) + "}" if code else ',"status":{}'
+    return text + ',"flags":' + str(span.flags) + "}" if span.flags else text + "}"
+
+
+def _event(event: EventRecord) -> str:
+    parts = []
+    if event.time_ns:
+        parts.append('"timeUnixNano":"' + str(event.time_ns) + '"')
+    if event.name:
+        parts.append('"name":' + _escape(event.name))
+    if event.attributes:
+        parts.append('"attributes":' + encode_attributes(event.attributes))
+    if event.dropped_attributes_count:
+        parts.append('"droppedAttributesCount":' + str(event.dropped_attributes_count))
+    return "{" + ",".join(parts) + "}"
 
 
 def _link(link: LinkRecord) -> str:
-    text = '{"traceId":"' + link.trace_id + '","spanId":"' + link.span_id + '"'
+    parts = []
+    if link.trace_id:
+        parts.append('"traceId":"' + link.trace_id + '"')
+    if link.span_id:
+        parts.append('"spanId":"' + link.span_id + '"')
     if link.trace_state:
-        text += ',"traceState":' + _escape(link.trace_state)
+        parts.append('"traceState":' + _escape(link.trace_state))
     if link.attributes:
-        text += ',"attributes":' + encode_attributes(link.attributes)
+        parts.append('"attributes":' + encode_attributes(link.attributes))
     if link.dropped_attributes_count:
-        text += ',"droppedAttributesCount":' + str(link.dropped_attributes_count)
+        parts.append('"droppedAttributesCount":' + str(link.dropped_attributes_count))
     if link.flags:
-        text += ',"flags":' + str(link.flags)
-    return text + "}"
+        parts.append('"flags":' + str(link.flags))
+    return "{" + ",".join(parts) + "}"
+
+
+def _parts(span: SpanRecord) -> tuple[str, str]:
+    """The text of a span between its ids and its times, and after its times."""
+    attributes = span.attributes
+    tail = span_later(span)
+    if attributes:
+        tail = ',"attributes":' + encode_attributes(attributes) + tail
+    return span_head(span.name, span.kind), tail
+
+
+def join_span(
+    trace_id: str,
+    span_id: str,
+    parent_span_id: str,
+    head: str,
+    start_ns: int,
+    end_ns: int,
+    tail: str,
+    trace_state: str = "",
+) -> str:
+    """A span's text from its ids (hex), ``span_head``, times, ``span_tail`` and ``span_trace_state``.
+
+    Times of zero (unset) are left out, as is an empty parent (a root span).
+    """
+    if start_ns and end_ns:  # the usual span: one string built at once
+        if parent_span_id:
+            return (
+                f'{{"traceId":"{trace_id}","spanId":"{span_id}"{trace_state},"parentSpanId":"'
+                f'{parent_span_id}"{head},"startTimeUnixNano":"{start_ns}","endTimeUnixNano":"'
+                f'{end_ns}"{tail}'
+            )
+        return (
+            f'{{"traceId":"{trace_id}","spanId":"{span_id}"{trace_state}{head},"startTimeUnixNano'
+            f'":"{start_ns}","endTimeUnixNano":"{end_ns}"{tail}'
+        )
+    text = '{"traceId":"' + trace_id + '","spanId":"' + span_id + '"' + trace_state
+    if parent_span_id:
+        text += ',"parentSpanId":"' + parent_span_id + '"'
+    text += head
+    if start_ns:
+        text += ',"startTimeUnixNano":"' + str(start_ns) + '"'
+    if end_ns:
+        text += ',"endTimeUnixNano":"' + str(end_ns) + '"'
+    return text + tail
 
 
 def encode_span(span: SpanRecord) -> str:
@@ -224,19 +321,18 @@ def encode_span(span: SpanRecord) -> str:
     Spans that share their shape (stage spans: a shared attribute tuple, no events) reuse the text
     around their ids and times.
     """
-    parts = _shaped_parts(span) or _parts(span)
-    return _assemble(span.trace_id, span.span_id, span.parent_span_id, parts, span.start_ns, span.end_ns)
-
-
-def _assemble(
-    trace_id: str, span_id: str, parent: str, parts: tuple[str, str], start_ns: int, end_ns: int
-) -> str:
-    before, after = parts
-    return (
-        '{"traceId":"' + trace_id + '","spanId":"' + span_id
-        + ('","parentSpanId":"' + parent if parent else "")
-        + before + str(start_ns) + '","endTimeUnixNano":"' + str(end_ns) + after
-    )  # fmt: skip
+    head, tail = _shaped_parts(span) or _parts(span)
+    state = span_trace_state(span.trace_state) if span.trace_state else ""
+    return join_span(
+        span.trace_id,
+        span.span_id,
+        span.parent_span_id,
+        head,
+        span.start_ns,
+        span.end_ns,
+        tail,
+        state,
+    )
 
 
 def encode_shaped(
@@ -252,44 +348,77 @@ def encode_shaped(
             status_message=shape[3],
         )  # fmt: skip
         return encode_span(record)
-    return _assemble(trace_id, span_id, parent_span_id, entry[1], start_ns, end_ns)
+    head, tail = entry[1]
+    return join_span(trace_id, span_id, parent_span_id, head, start_ns, end_ns, tail)
+
+
+# Groups: a resource and its scopes. ``resource_head``/``scope_head`` depend on the group alone (a
+# reader caches them by the group's bytes); ``join_*`` put the lists inside.
+
+
+def resource_head(resource: ResourceGroup) -> str:
+    """``{"resource":{...}``: the start of a ``ResourceSpans`` (``resource`` always written)."""
+    inner = []
+    if resource.attributes:
+        inner.append('"attributes":' + encode_attributes(resource.attributes))
+    if resource.dropped_attributes_count:
+        inner.append('"droppedAttributesCount":' + str(resource.dropped_attributes_count))
+    return '{"resource":{' + ",".join(inner) + "}"
+
+
+def scope_head(scope: ScopeGroup) -> str:
+    """``{"scope":{...}``: the start of a ``ScopeSpans`` (``scope`` always written)."""
+    inner = []
+    if scope.name:
+        inner.append('"name":' + _escape(scope.name))
+    if scope.version:
+        inner.append('"version":' + _escape(scope.version))
+    if scope.attributes:
+        inner.append('"attributes":' + encode_attributes(scope.attributes))
+    if scope.dropped_attributes_count:
+        inner.append('"droppedAttributesCount":' + str(scope.dropped_attributes_count))
+    return '{"scope":{' + ",".join(inner) + "}"
+
+
+def join_scope(head: str, spans: Sequence[str], schema_url: str = "") -> str:
+    """A ``ScopeSpans`` from ``scope_head`` and its spans' texts."""
+    text = head + ',"spans":[' + ",".join(spans) + "]" if spans else head
+    return text + ',"schemaUrl":' + _escape(schema_url) + "}" if schema_url else text + "}"
+
+
+def join_resource(head: str, scopes: Sequence[str], schema_url: str = "") -> str:
+    """A ``ResourceSpans`` from ``resource_head`` and its ``join_scope`` texts."""
+    text = head + ',"scopeSpans":[' + ",".join(scopes) + "]" if scopes else head
+    return text + ',"schemaUrl":' + _escape(schema_url) + "}" if schema_url else text + "}"
+
+
+def join_request(resources: Sequence[str]) -> str:
+    """One OTLP JSON line (without the newline) from ``join_resource`` texts."""
+    return '{"resourceSpans":[' + ",".join(resources) + "]}"
 
 
 def encode_request(resources: Iterable[ResourceGroup]) -> str:
-    """One OTLP JSON line (without the newline) of any number of resources and scopes."""
-    out = []
-    for resource in resources:
-        text = '{"resource":{'
-        inner = []
-        if resource.attributes:
-            inner.append('"attributes":' + encode_attributes(resource.attributes))
-        if resource.dropped_attributes_count:
-            inner.append('"droppedAttributesCount":' + str(resource.dropped_attributes_count))
-        text += ",".join(inner) + "}"
-        scopes = []
-        for scope in resource.scopes:
-            head = []
-            if scope.name:
-                head.append('"name":' + _escape(scope.name))
-            if scope.version:
-                head.append('"version":' + _escape(scope.version))
-            if scope.attributes:
-                head.append('"attributes":' + encode_attributes(scope.attributes))
-            if scope.dropped_attributes_count:
-                head.append('"droppedAttributesCount":' + str(scope.dropped_attributes_count))
-            body = ",".join([s if isinstance(s, str) else encode_span(s) for s in scope.spans])
-            group = '{"scope":{' + ",".join(head) + "}"
-            if body:
-                group += ',"spans":[' + body + "]"
-            if scope.schema_url:
-                group += ',"schemaUrl":' + _escape(scope.schema_url)
-            scopes.append(group + "}")
-        if scopes:
-            text += ',"scopeSpans":[' + ",".join(scopes) + "]"
-        if resource.schema_url:
-            text += ',"schemaUrl":' + _escape(resource.schema_url)
-        out.append(text + "}")
-    return '{"resourceSpans":[' + ",".join(out) + "]}"
+    """One OTLP JSON line (without the newline) of any number of resources and scopes.
+
+    A scope's spans are records, or text ``encode_span`` already made.
+    """
+    return join_request(
+        [
+            join_resource(
+                resource_head(resource),
+                [
+                    join_scope(
+                        scope_head(scope),
+                        [s if isinstance(s, str) else encode_span(s) for s in scope.spans],
+                        scope.schema_url,
+                    )
+                    for scope in resource.scopes
+                ],
+                resource.schema_url,
+            )
+            for resource in resources
+        ]
+    )
 
 
 def encode_spans(
@@ -303,19 +432,11 @@ def encode_spans(
 
     ``spans`` are records, or text ``encode_span`` already made (joined by commas).
     """
-    scope = '{"name":' + _escape(encodable(scope_name))
-    if scope_version:
-        scope += ',"version":' + _escape(encodable(scope_version))
-    scope += "}"
-    body = ",".join([span if isinstance(span, str) else encode_span(span) for span in spans])
+    scope = ScopeGroup(name=encodable(scope_name), version=encodable(scope_version))
+    body = [span if isinstance(span, str) else encode_span(span) for span in spans]
     pairs = list(resource.items())
     encodable_attributes(pairs)
-    return (
-        '{"resourceSpans":[{"resource":{"attributes":'
-        + encode_attributes(pairs)
-        + '},"scopeSpans":[{"scope":'
-        + scope
-        + ',"spans":['
-        + body
-        + "]}]}]}"
+    group = ResourceGroup(attributes=pairs)
+    return join_request(
+        [join_resource(resource_head(group), [join_scope(scope_head(scope), body)])]
     )

@@ -17,15 +17,8 @@ import base64
 import json
 from typing import TYPE_CHECKING, Any
 
+from telemetry._otlp_proto import request_groups
 from telemetry.encoder import encode_attributes, encode_request, encode_span, encode_spans
-from telemetry.records import (
-    EventRecord,
-    KeyValueList,
-    LinkRecord,
-    ResourceGroup,
-    ScopeGroup,
-    SpanRecord,
-)
 
 if TYPE_CHECKING:
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -56,7 +49,9 @@ def _ids_to(data: Any, convert: Any) -> Any:
     """Rewrite every id field of an OTLP JSON structure with ``convert``."""
     if isinstance(data, dict):
         return {
-            key: convert(value) if key in _ID_FIELDS and isinstance(value, str) else _ids_to(value, convert)
+            key: convert(value)
+            if key in _ID_FIELDS and isinstance(value, str)
+            else _ids_to(value, convert)
             for key, value in data.items()
         }
     if isinstance(data, list):
@@ -101,88 +96,11 @@ def request_to_json(request: ExportTraceServiceRequest) -> str:
     return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
 
 
-def _any(value: Any) -> Any:
-    """A protobuf ``AnyValue`` as the Python value the encoder writes back."""
-    kind = value.WhichOneof("value")
-    if kind is None:
-        return None
-    if kind == "array_value":
-        return [_any(item) for item in value.array_value.values]
-    if kind == "kvlist_value":
-        return KeyValueList((pair.key, _any(pair.value)) for pair in value.kvlist_value.values)
-    return getattr(value, kind)
-
-
-def _pairs(attributes: Any) -> list[tuple[str, Any]]:
-    return [(pair.key, _any(pair.value)) for pair in attributes]
-
-
 def request_to_line(request: ExportTraceServiceRequest) -> str:
     """A received request as one OTLP JSON line, through the one encoder (``telemetry.encoder``).
 
-    What the sidecar writes: the same text ``request_to_json`` makes (a test holds the two equal
-    after parsing), several times faster, and in the trail's own encoding.
+    Every span and group kept as it is (``telemetry._otlp_proto.encode_request`` is the sidecar's
+    form: malformed spans left out); the line parses back to the same message (a test holds them
+    equal), in the trail's own encoding.
     """
-    resources = []
-    for resource_spans in request.resource_spans:
-        scopes = []
-        for scope_spans in resource_spans.scope_spans:
-            scope = scope_spans.scope
-            spans = [
-                SpanRecord(
-                    trace_id=span.trace_id.hex(),
-                    span_id=span.span_id.hex(),
-                    parent_span_id=span.parent_span_id.hex(),
-                    trace_state=span.trace_state,
-                    flags=span.flags,
-                    name=span.name,
-                    kind=span.kind,
-                    start_ns=span.start_time_unix_nano,
-                    end_ns=span.end_time_unix_nano,
-                    attributes=_pairs(span.attributes),
-                    dropped_attributes_count=span.dropped_attributes_count,
-                    events=[
-                        EventRecord(
-                            name=event.name,
-                            time_ns=event.time_unix_nano,
-                            attributes=_pairs(event.attributes),
-                        )
-                        for event in span.events
-                    ],
-                    dropped_events_count=span.dropped_events_count,
-                    links=[
-                        LinkRecord(
-                            trace_id=link.trace_id.hex(),
-                            span_id=link.span_id.hex(),
-                            trace_state=link.trace_state,
-                            attributes=_pairs(link.attributes),
-                            dropped_attributes_count=link.dropped_attributes_count,
-                            flags=link.flags,
-                        )
-                        for link in span.links
-                    ],
-                    dropped_links_count=span.dropped_links_count,
-                    status_code=span.status.code,
-                    status_message=span.status.message,
-                )
-                for span in scope_spans.spans
-            ]
-            scopes.append(
-                ScopeGroup(
-                    name=scope.name,
-                    version=scope.version,
-                    attributes=_pairs(scope.attributes),
-                    dropped_attributes_count=scope.dropped_attributes_count,
-                    spans=spans,
-                    schema_url=scope_spans.schema_url,
-                )
-            )
-        resources.append(
-            ResourceGroup(
-                attributes=_pairs(resource_spans.resource.attributes),
-                dropped_attributes_count=resource_spans.resource.dropped_attributes_count,
-                scopes=scopes,
-                schema_url=resource_spans.schema_url,
-            )
-        )
-    return encode_request(resources)
+    return encode_request(request_groups(request)[0])

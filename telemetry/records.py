@@ -2,9 +2,9 @@
 
 ``SpanRecord`` (with ``EventRecord``, ``LinkRecord``) is what every writer of spans builds: the
 trail from a guard ``Call`` (``telemetry.spans``), the sidecar from what it received
-(``telemetry.otlpjson.request_to_line``), the benchmarks and the synthetic fixtures
-(``analytics.synth``); ``ResourceGroup``/``ScopeGroup`` group them as a request does. The one
-encoder is ``telemetry.encoder``.
+(``telemetry._otlp_proto`` from a protobuf message; ``telemetry._otlp_wire`` from fragments of its
+bytes), the benchmarks and the synthetic fixtures (``analytics.synth``); ``ResourceGroup`` and
+``ScopeGroup`` group them as a request does. The one encoder is ``telemetry.encoder``.
 
 Every string is made encodable here (``encodable``): UTF-8 cannot carry a lone surrogate
 (``"\\ud800"``, which a model can send as a JSON escape), so such characters are replaced by U+FFFD and
@@ -57,6 +57,8 @@ class EventRecord:
     name: str
     time_ns: int
     attributes: Sequence[tuple[str, AttributeValue]]
+    dropped_attributes_count: int = 0
+    """Attributes the event's sender left out (what other OTLP clients send; 0 for callgate's)."""
 
 
 @dataclass(slots=True, kw_only=True)

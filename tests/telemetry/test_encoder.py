@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from hypothesis import given, settings
@@ -10,8 +11,14 @@ from hypothesis import strategies as st
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
-from telemetry import parse_request, request_to_json
+from telemetry import configure, parse_request, request_to_json
+from telemetry._otlp_proto import encode_request
+from telemetry._otlp_wire import encode_wire
+from telemetry.encoder import encode_span
 from telemetry.otlpjson import request_to_line
+from telemetry.records import EventRecord, LinkRecord, SpanRecord
+
+from .conftest import KEY, make_call
 
 TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
 U64 = st.integers(0, 2**64 - 1)
@@ -50,7 +57,9 @@ def _kvlist(pairs: list[tuple[str, AnyValue]]) -> AnyValue:
     return value
 
 
-ATTRIBUTES = st.lists(st.builds(lambda k, v: KeyValue(key=k, value=v), TEXT, any_value()), max_size=4)
+ATTRIBUTES = st.lists(
+    st.builds(lambda k, v: KeyValue(key=k, value=v), TEXT, any_value()), max_size=4
+)
 IDS = st.binary(min_size=16, max_size=16), st.binary(min_size=8, max_size=8)
 
 
@@ -88,6 +97,7 @@ def requests(draw: st.DrawFn) -> ExportTraceServiceRequest:
                     event.time_unix_nano = draw(U64)
                     event.name = draw(TEXT)
                     event.attributes.extend(draw(ATTRIBUTES))
+                    event.dropped_attributes_count = draw(st.integers(0, 3))
                 for _ in range(draw(st.integers(0, 2))):
                     link = span.links.add()
                     link.trace_id = draw(IDS[0])
@@ -136,6 +146,58 @@ class TestOneEncoder:
         span.trace_id, span.span_id = b"\x01" * 16, b"\x02" * 8
         for key, number in (("nan", float("nan")), ("inf", float("inf")), ("ninf", float("-inf"))):
             span.attributes.add(key=key, value=AnyValue(double_value=number))
-        values = json.loads(request_to_line(request))["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
-        assert [a["value"]["doubleValue"] for a in values["attributes"]] == ["NaN", "Infinity", "-Infinity"]
+        values = json.loads(request_to_line(request))["resourceSpans"][0]["scopeSpans"][0]["spans"][
+            0
+        ]
+        assert [a["value"]["doubleValue"] for a in values["attributes"]] == [
+            "NaN",
+            "Infinity",
+            "-Infinity",
+        ]
         parse_request(request_to_line(request))
+
+
+class TestOneLayout:
+    """Every path writes the same text for the same spans, fields in field-number order."""
+
+    def test_field_number_order(self) -> None:
+        """A span's keys come in the order of their protobuf field numbers, flags (16) last."""
+        span = SpanRecord(
+            trace_id="ab" * 16, span_id="cd" * 8, parent_span_id="ef" * 8, trace_state="k=v",
+            name="n", kind=2, start_ns=1, end_ns=2, attributes=[("a", 1)],
+            dropped_attributes_count=1, events=[EventRecord(
+                name="e", time_ns=3, attributes=[("b", True)], dropped_attributes_count=4
+            )], dropped_events_count=1, links=[LinkRecord(trace_id="01" * 16, span_id="02" * 8)],
+            dropped_links_count=1, status_code=2, status_message="m", flags=257,
+        )  # fmt: skip
+        data = json.loads(encode_span(span))
+        assert list(data) == [
+            "traceId", "spanId", "traceState", "parentSpanId", "name", "kind",
+            "startTimeUnixNano", "endTimeUnixNano", "attributes", "droppedAttributesCount",
+            "events", "droppedEventsCount", "links", "droppedLinksCount", "status", "flags",
+        ]  # fmt: skip
+        assert data["events"] == [
+            {
+                "timeUnixNano": "3",
+                "name": "e",
+                "attributes": [{"key": "b", "value": {"boolValue": True}}],
+                "droppedAttributesCount": 4,
+            }
+        ]
+
+    def test_trail_lines_are_request_to_line(self, tmp_path: Path) -> None:
+        """A trail line, parsed to protobuf and written again by the sidecar's paths, is the same text."""
+        handle = configure(trail_dir=tmp_path, masking_key=KEY, metrics=False)
+        for _ in range(3):
+            handle.observer.call_ended(*make_call())
+        handle.shutdown()
+        lines = [line for p in tmp_path.glob("*.jsonl") for line in p.read_text().splitlines()]
+        assert lines
+        for line in lines:
+            request = parse_request(line)
+            assert request_to_line(request) == line
+            stored = encode_request(request)  # the sidecar's form: the chain's group has no spans
+            del request.resource_spans[-1]
+            assert stored.line == request_to_line(request)
+            for _ in range(3):  # caches cold, then warm
+                assert encode_wire(request.SerializeToString()) == stored
