@@ -2,13 +2,15 @@
 
 One line is one ``ExportTraceServiceRequest`` in the OTLP/JSON mapping: ``resourceSpans`` ->
 ``scopeSpans`` -> ``spans``; trace and span ids as lowercase hex (not base64); ``kind`` and status
-``code`` as integers; 64-bit integers (times, ``intValue``) as decimal strings; empty fields left out.
+``code`` as integers; 64-bit integers (times, ``intValue``) as decimal strings; empty fields left out
+(but ``resource``, ``scope`` and ``status``, always written).
 
 The encoder is ``telemetry.encoder`` (re-exported here: ``encode_spans``, ``encode_span``,
-``encode_attributes``); ``encode_call`` (``telemetry.spans``) is a guard call through it.
-``request_to_json`` and ``parse_request`` convert between that text and the protobuf messages, for
-the sidecar receiver and for tests and loaders that want to check a line against the schema; they
-import protobuf when first called, so importing this module stays cheap.
+``encode_attributes``); ``encode_call`` (``telemetry.spans``) is a guard call through it, and
+``request_to_line`` a received protobuf request through it (the sidecar's text). ``request_to_json``
+(``MessageToDict``) and ``parse_request`` convert between OTLP JSON and the protobuf messages, for
+tests and loaders that want to check a line against the schema; they import protobuf when first
+called, so importing this module stays cheap.
 """
 
 from __future__ import annotations
