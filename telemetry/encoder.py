@@ -230,13 +230,10 @@ def span_later(span: SpanRecord) -> str:
     if span.dropped_links_count:
         text += ',"droppedLinksCount":' + str(span.dropped_links_count)
     message, code = span.status_message, span.status_code
-    if message:
-        text += (
-            ',"status":{"message":' + _escape(message) + (',"code":' + str(code) if code else "")
-        )
-        text += "}"
-    else:
-        text += ',"status":{"code":' + str(code) + "}" if code else ',"status":{}'
+    status = [] if not message else ['"message":' + _escape(message)]
+    if code:
+        status.append('"code":' + str(code))
+    text += ',"status":{' + ",".join(status) + "}"
     return text + ',"flags":' + str(span.flags) + "}" if span.flags else text + "}"
 
 
