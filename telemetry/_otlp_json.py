@@ -4,7 +4,11 @@ Most OTLP/JSON clients (callgate's own trail lines, the Collector, other sidecar
 form the file exporter writes: camelCase names, lowercase hex ids, 64-bit integers as decimal
 strings, enums as integers, no default-valued fields. For such a request the protobuf round trip
 (``ParseDict`` then ``MessageToDict``) changes nothing, so ``pass_through`` checks the parsed JSON
-against that form in one walk and writes it back compactly with the C ``json`` encoder.
+against that form in one walk and writes it back compactly. Both ends go through ``orjson``
+(a quarter of the time of the standard library's ``json`` on a 512-span request); whatever
+``orjson`` refuses to read is read by ``json`` instead, with its error messages and its treatment
+of integers beyond 64 bits, and a request that carries a double is written by ``json`` so the
+number is spelled as the protobuf path spells it.
 
 A span whose ids are not hex of the right length is left out and counted (partial success). Any
 other departure from the canonical form (enum names, snake_case names, numbers for 64-bit integers,
@@ -20,6 +24,8 @@ import binascii
 import json
 import math
 from typing import Any
+
+import orjson
 
 from telemetry._otlp_proto import Encoded
 
@@ -114,9 +120,12 @@ def _attributes(values: Any) -> None:
         if type(pair) is not dict or len(pair) != 2:
             raise NotCanonical
         key = pair.get("key")
-        if type(key) is not str or not key or "value" not in pair:
-            raise NotCanonical
-        _any_value(pair["value"])
+        value = pair.get("value")
+        if type(key) is not str or not key or value is None:
+            raise NotCanonical  # a null value is not canonical either: it would be left out
+        if type(value) is dict and len(value) == 1 and type(value.get("stringValue")) is str:
+            continue  # most values are text: checked here, without a call
+        _any_value(value)
 
 
 def _dropped_and_attributes(item: dict[str, Any], allowed: frozenset[str]) -> None:
@@ -213,15 +222,37 @@ def _span_ok(span: Any) -> bool:
     return good
 
 
+def _loads(body: bytes | str) -> Any:
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        pass  # not JSON, or JSON orjson does not take (a lone surrogate, an int beyond 64 bits)
+    try:
+        return json.loads(body, parse_constant=_reject_constant)
+    except RecursionError as error:
+        raise ValueError("JSON nests too deep") from error
+
+
+def _dumps(data: Any, body: bytes | str) -> str:
+    """``data`` as compact JSON text, non-ASCII as is; a double as ``json`` spells it."""
+    if isinstance(body, str):
+        body = body.encode("utf-8", "surrogatepass")
+    # Canonical requests hold floats only under "doubleValue": a key spelled with those letters,
+    # or with backslash-u escapes.
+    if b"doubleValue" not in body and b"\\u" not in body:
+        try:
+            return orjson.dumps(data).decode("utf-8")
+        except orjson.JSONEncodeError:
+            pass  # a lone surrogate read by json from a str body: json writes it, the caller refuses
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"), check_circular=False)
+
+
 def pass_through(body: bytes | str) -> Encoded:
     """The request as a line, when it is canonical OTLP JSON; raises ``NotCanonical`` when not.
 
     Raises ``ValueError`` when ``body`` is not JSON at all (or nests too deep to parse).
     """
-    try:
-        data = json.loads(body, parse_constant=_reject_constant)
-    except RecursionError as error:
-        raise ValueError("JSON nests too deep") from error
+    data = _loads(body)
     if type(data) is not dict:
         raise ValueError("an OTLP JSON request is an object")
     spans = rejected = 0
@@ -283,6 +314,6 @@ def pass_through(body: bytes | str) -> Encoded:
     if not kept_groups:
         return Encoded("", 0, rejected, "trace_id must be 16 bytes and span_id 8 bytes")
     data["resourceSpans"] = kept_groups
-    line = json.dumps(data, ensure_ascii=False, separators=(",", ":"), check_circular=False)
+    line = _dumps(data, body)
     why = "trace_id must be 16 bytes and span_id 8 bytes" if rejected else ""
     return Encoded(line, spans, rejected, why)
