@@ -2,8 +2,9 @@
 
 An agent fleet on one host exports over OTLP (gRPC on 127.0.0.1:4317, HTTP protobuf or JSON on
 127.0.0.1:4318) without running a collector. Built on the official opentelemetry-proto messages and
-grpcio. Each accepted request becomes one OTLP JSON line, encoded straight from the protobuf message
-(``telemetry._otlp_proto``) or, for canonical OTLP/JSON, checked and passed through
+grpcio. Each accepted request becomes one OTLP JSON line: the text of the one span encoder
+(``telemetry.encoder``), read from the protobuf bytes (``telemetry._otlp_wire``) or the parsed
+message (``telemetry._otlp_proto``); or, for canonical OTLP/JSON, checked and passed through
 (``telemetry._otlp_json``).
 
 A malformed request gets the protocol's error answer (gRPC ``INVALID_ARGUMENT``, HTTP 400 with a
