@@ -82,8 +82,14 @@ def _column(column: Column) -> str:
 
 
 def _typed_count() -> str:
-    """How many of a span's attributes landed in typed columns."""
-    return " + ".join(f"({c.name} IS NOT NULL)::INTEGER" for c in COLUMNS)
+    """How many of a span's attributes landed in typed columns (on a span that is not a call,
+    the call-only columns are NULL: not counted)."""
+
+    def count(columns: list[Column]) -> str:
+        return " + ".join(f"({c.name} IS NOT NULL)::INTEGER" for c in columns)
+
+    shared = [c for c in COLUMNS if not c.call_only]
+    return f"CASE WHEN category = 'call' THEN {count(list(COLUMNS))} ELSE {count(shared)} END"
 
 
 _PROBLEM = """CASE
