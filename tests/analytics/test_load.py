@@ -13,6 +13,7 @@ import duckdb
 import pytest
 
 from analytics.load import ForeignFileError, connect, discover_files, follow, load
+from analytics.schema import COLUMNS, SPAN_COLUMNS
 from analytics.synth import write_span_file
 
 from .conftest import dataset, span_count
@@ -82,6 +83,24 @@ class TestLoad:
             "FROM spans WHERE call_id = 'call_s1_1' AND category = 'call'"
         ).fetchall()
         assert kept == [("v", "three", None)]
+
+    def test_spans_has_a_typed_column_per_contract_attribute(self, con, span_file):
+        """The spans view shows every contract column, typed, whatever span_rows packs."""
+        load(con, [span_file])
+        described = {
+            name: sql_type for name, sql_type, *_ in con.execute("DESCRIBE spans").fetchall()
+        }
+        assert list(described) == list(SPAN_COLUMNS)
+        assert all(described[c.name] == c.sql_type for c in COLUMNS)
+
+    def test_only_call_spans_store_call_columns(self, con, span_file):
+        """span_rows packs the call-only columns of a call span, once; other spans store none."""
+        load(con, [span_file])
+        rows = con.execute(
+            "SELECT category, count(*), count(call), min(len(call)), max(len(call)) "
+            "FROM span_rows GROUP BY category ORDER BY category"
+        ).fetchall()
+        assert rows == [("call", 21, 21, 1, 1), ("stage", _count(con) - 21, 0, None, None)]
 
     def test_discover_files_orders_rotated_siblings_first(self, tmp_path):
         """A path brings in its rotated backups (name-timestamp.ext[.gz]), oldest first."""
