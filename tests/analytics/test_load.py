@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
+import json
 import os
 import shutil
 import threading
@@ -101,6 +102,38 @@ class TestLoad:
             "FROM span_rows GROUP BY category ORDER BY category"
         ).fetchall()
         assert rows == [("call", 21, 21, 1, 1), ("stage", _count(con) - 21, 0, None, None)]
+
+    def test_kvlist_and_bytes_values_are_kept_as_sent(self, con, tmp_path):
+        """Values callgate never sends (kvlist, bytes), on attributes and events, are not lost."""
+        path = write_span_file(tmp_path / "t.json", dataset()[:3])
+        lines = [json.loads(line) for line in path.read_text().splitlines()]
+        spans = lines[0]["resourceSpans"][0]["scopeSpans"][0]["spans"]
+        stage = next(s for s in spans if s["name"].startswith("guard."))
+        call = next(s for s in spans if s["name"].startswith("execute_tool "))
+        kvlist = {"values": [{"key": "a", "value": {"stringValue": "b"}}]}
+        stage["attributes"].append({"key": "x.map", "value": {"kvlistValue": kvlist}})
+        call["attributes"].append({"key": "x.bytes", "value": {"bytesValue": "AAEC"}})
+        stage["events"] = [
+            {
+                "timeUnixNano": stage["startTimeUnixNano"],
+                "name": "e",
+                "attributes": [{"key": "x.map", "value": {"kvlistValue": kvlist}}],
+            }
+        ]
+        path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+        report = load(con, [path])
+        assert (report.spans, report.errors) == (span_count(dataset()[:3]), 0)
+        kept = con.execute(
+            "SELECT attribute(attributes, 'x.map'), "
+            "events[1].attributes[1].value.kvlistValue::VARCHAR FROM spans WHERE span_id = ?",
+            [stage["spanId"]],
+        ).fetchall()
+        assert [tuple(json.loads(v) for v in row) for row in kept] == [(kvlist, kvlist)]
+        assert con.execute(
+            "SELECT attribute(attributes, 'x.bytes'), tool IS NOT NULL FROM spans "
+            "WHERE span_id = ?",
+            [call["spanId"]],
+        ).fetchall() == [("AAEC", True)]
 
     def test_discover_files_orders_rotated_siblings_first(self, tmp_path):
         """A path brings in its rotated backups (name-timestamp.ext[.gz]), oldest first."""
