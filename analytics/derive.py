@@ -45,7 +45,7 @@ LATENCY_HISTOGRAM: tuple[str, ...] = (
     INSERT INTO stage_latency_hist
     SELECT date_trunc('hour', s.start_time), s.service, c.tool, s.stage, {_BUCKET}, count(*),
            $batch
-    FROM spans AS s
+    FROM span_rows AS s
     LEFT JOIN calls AS c ON c.trace_id = s.trace_id AND c.span_id = s.parent_span_id
     WHERE s.category = 'stage' AND s.stage IS NOT NULL AND s.batch = $batch
     GROUP BY ALL
@@ -55,7 +55,7 @@ LATENCY_HISTOGRAM: tuple[str, ...] = (
         INSERT INTO stage_latency_hist
         SELECT date_trunc('hour', s.start_time), s.service, {tool}, s.stage, {_BUCKET},
                {sign} count(*), $batch
-        FROM spans AS s
+        FROM span_rows AS s
         JOIN calls AS c ON c.trace_id = s.trace_id AND c.span_id = s.parent_span_id
         WHERE s.category = 'stage' AND s.stage IS NOT NULL AND s.batch < $batch
           AND c.batch = $batch

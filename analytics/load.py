@@ -146,9 +146,7 @@ def _reader(source: Path, gz: bool, longest: int) -> str:
     )
 
 
-_NEW = (
-    "NOT EXISTS (SELECT 1 FROM spans AS s WHERE s.span_id = n.span_id AND s.trace_id = n.trace_id)"
-)
+_NEW = "NOT EXISTS (SELECT 1 FROM span_rows AS s WHERE s.span_id = n.span_id AND s.trace_id = n.trace_id)"
 """The anti-join: spans already stored (an earlier load, any file) are not inserted again."""
 
 
@@ -166,7 +164,7 @@ def _insert_fast(
     before = _count(con)
     reader = _reader(source, gz, longest)
     con.execute(
-        f"INSERT INTO spans SELECT * FROM ({parse_sql(reader, state.file_id, state.batch)}) AS n "
+        f"INSERT INTO span_rows SELECT * FROM ({parse_sql(reader, state.file_id, state.batch)}) AS n "
         f"WHERE {_NEW}"
     )
     _drop_repeats(con, state.batch)
@@ -192,7 +190,7 @@ def _insert_checked(
             {"path": str(path), "now": _now()},
         )
     con.execute(
-        "INSERT INTO spans SELECT * EXCLUDE (problem, line, excerpt) FROM parsed AS n "
+        "INSERT INTO span_rows SELECT * EXCLUDE (problem, line, excerpt) FROM parsed AS n "
         f"WHERE problem IS NULL AND {_NEW}"
     )
     con.execute("DROP TABLE parsed")
@@ -205,19 +203,21 @@ def _drop_repeats(con: duckdb.DuckDBPyConnection, batch: int) -> None:
 
     The anti-join sees only earlier loads; this is cheaper than deduplicating every load.
     """
+    # Distinct hashes are never more than distinct spans: when there are as many as rows, no
+    # span repeats (counting hashes is half the cost of counting the pairs themselves).
     repeated = _scalar(
         con,
-        f"SELECT count(*) - count(DISTINCT (trace_id, span_id)) FROM spans "
+        f"SELECT count(*) - count(DISTINCT hash(trace_id, span_id)) FROM span_rows "
         f"WHERE batch = {int(batch)}",
     )
     if repeated:
         con.execute(
             """
-            DELETE FROM spans WHERE rowid IN (
+            DELETE FROM span_rows WHERE rowid IN (
                 SELECT rowid FROM (
                     SELECT rowid, row_number() OVER (
                         PARTITION BY trace_id, span_id ORDER BY rowid) AS n
-                    FROM spans WHERE batch = $batch
+                    FROM span_rows WHERE batch = $batch
                 ) WHERE n > 1
             )
             """,
@@ -226,7 +226,7 @@ def _drop_repeats(con: duckdb.DuckDBPyConnection, batch: int) -> None:
 
 
 def _count(con: duckdb.DuckDBPyConnection) -> int:
-    return _scalar(con, "SELECT count(*) FROM spans")
+    return _scalar(con, "SELECT count(*) FROM span_rows")
 
 
 def _insert_tolerant(

@@ -1,4 +1,4 @@
-"""The SQL that turns OTLP JSON lines into ``spans`` rows: one parallel statement, no Python per span.
+"""The SQL that turns OTLP JSON lines into ``span_rows``: one parallel statement, no Python per span.
 
 The query walks a line the way the encoding nests it and parses each byte of JSON once into typed
 values, except span bodies, which are parsed twice (the line yields them as JSON text, then
@@ -18,13 +18,15 @@ values, except span bodies, which are parsed twice (the line yields them as JSON
    repeated key): the count of non-NULL typed columns is compared with the list's length. For
    callgate's own spans that is never, and not storing 28 attributes a span twice is a quarter
    of the load time. ``events`` keeps the parsed list.
+6. The call-only columns of a call span are packed into the one-element list ``call``
+   (:data:`analytics.schema.CALL_TYPE`); the ``spans`` view unpacks them.
 """
 
 from __future__ import annotations
 
 from telemetry import attributes as A
 
-from .schema import COLUMNS, Column
+from .schema import CALL_ONLY_COLUMNS, COLUMNS, Column
 
 __all__ = ["parse_sql"]
 
@@ -80,8 +82,14 @@ def _column(column: Column) -> str:
 
 
 def _typed_count() -> str:
-    """How many of a span's attributes landed in typed columns."""
-    return " + ".join(f"({c.name} IS NOT NULL)::INTEGER" for c in COLUMNS)
+    """How many of a span's attributes landed in typed columns (on a span that is not a call,
+    the call-only columns are NULL: not counted)."""
+
+    def count(columns: list[Column]) -> str:
+        return " + ".join(f"({c.name} IS NOT NULL)::INTEGER" for c in columns)
+
+    shared = [c for c in COLUMNS if not c.call_only]
+    return f"CASE WHEN category = 'call' THEN {count(list(COLUMNS))} ELSE {count(shared)} END"
 
 
 _PROBLEM = """CASE
@@ -102,7 +110,7 @@ keeps its attribute list, so nothing else rejects a span."""
 
 
 def parse_sql(source: str, file_id: int, batch: int, *, tolerant: bool = False) -> str:
-    """The SELECT that yields ``spans`` rows (all columns, table order) from ``source``.
+    """The SELECT that yields ``span_rows`` rows (all columns, table order) from ``source``.
 
     ``source`` is a table function call such as ``read_ndjson_objects('f.json')``; ``file_id`` and
     ``batch`` are stored on every row. All are trusted values built by the loader.
@@ -121,13 +129,15 @@ def parse_sql(source: str, file_id: int, batch: int, *, tolerant: bool = False) 
         "ELSE error('callgate: a span the store cannot hold: ' || problem) END"
     )
     extra = ", problem, line, left(raw::VARCHAR, 200) AS excerpt" if tolerant else ""
-    names = ", ".join(c.name for c in COLUMNS)
+    names = ", ".join(c.name for c in COLUMNS if not c.call_only)
+    call = ", ".join(f"'{c.name}': {c.name}" for c in CALL_ONLY_COLUMNS)
     # The typed columns are computed in the inner SELECT and only counted in the outer one: a
     # lateral alias in the same SELECT is expanded in place, which evaluated every column twice.
     return f"""
 SELECT
     trace_id, span_id, parent_span_id, name, category, kind, start_time, end_time, duration_ns,
     status_code, status_message, service, scope, {names},
+    CASE WHEN category = 'call' THEN [{{{call}}}] END AS call,
     CASE WHEN len(all_attributes) = {_typed_count()} THEN NULL ELSE all_attributes END
         AS attributes,
     events, file_id, batch{extra}

@@ -1,4 +1,4 @@
-"""The DuckDB schema: the ``spans`` table, the loader's bookkeeping, the ``calls``/``stages`` views.
+"""The DuckDB schema: ``span_rows`` and its ``spans`` view, the loader's bookkeeping, ``calls``, ``stages``.
 
 Every attribute of the span contract (``telemetry.attributes``) gets a typed column, named in
 :data:`COLUMNS`; metrics group and filter on those columns only (a group-by over a MAP column is
@@ -7,6 +7,9 @@ attribute the contract does not have yet, a value of another type) keeps its who
 as sent, in ``attributes`` (the OTLP list of ``{key, value}``; ``attribute(attributes, key)`` reads
 one as text). For spans that fit the contract ``attributes`` is NULL: storing every attribute a
 second time was a quarter of the load time.
+
+The loader writes ``span_rows``, where a call span's call-only columns are packed in one list
+column (``call``, see :data:`CALL_TYPE`); readers query the ``spans`` view, one column each.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ __all__ = [
     "ATTRIBUTE_MACRO",
     "CALLS_SELECT",
     "CALLS_TABLE",
+    "CALL_ONLY_COLUMNS",
+    "CALL_TYPE",
     "COLUMNS",
     "CONTRACT_TABLES",
     "DDL",
@@ -28,7 +33,9 @@ __all__ = [
     "LOAD_STATE_TABLE",
     "META_TABLE",
     "SCHEMA_VERSION",
-    "SPANS_TABLE",
+    "SPANS_VIEW",
+    "SPAN_COLUMNS",
+    "SPAN_ROWS_TABLE",
     "STAGES_VIEW",
     "STAGE_LATENCY_ALL_TABLE",
     "STAGE_LATENCY_TABLE",
@@ -37,7 +44,7 @@ __all__ = [
     "column_name",
 ]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """Bumped when a table changes shape; stored in ``meta`` so an old database is recognised."""
 
 
@@ -120,10 +127,18 @@ VALUE_TYPE = (
 ATTRIBUTES_TYPE = f"STRUCT(key VARCHAR, value {VALUE_TYPE})[]"
 """Every attribute of a span, exactly as sent: a list of ``{key, value}``."""
 
-_CONTRACT_DDL = ",\n    ".join(f"{c.name} {c.sql_type}" for c in COLUMNS)
+_ROW_COLUMNS = [c for c in COLUMNS if not c.call_only]
+"""The typed columns every span has a place for in ``span_rows`` (the stage spans' ones)."""
+CALL_ONLY_COLUMNS: tuple[Column, ...] = tuple(c for c in COLUMNS if c.call_only)
+"""The typed columns only call spans carry: packed into ``span_rows.call``."""
 
-SPANS_TABLE = f"""
-CREATE TABLE IF NOT EXISTS spans (
+CALL_TYPE = "STRUCT(" + ", ".join(f"{c.name} {c.sql_type}" for c in CALL_ONLY_COLUMNS) + ")[]"
+"""``span_rows.call``: a one-element list holding a call span's call-only typed columns, NULL on
+other spans. A list, not a struct or one column each: DuckDB writes a struct's fields (and every
+column) for every row, NULL or not, about 25 ms per column per million rows, which was a third
+of the load time; a list's elements are written only for the rows that have one."""
+
+_SPAN_HEAD = """
     trace_id VARCHAR NOT NULL,
     span_id VARCHAR NOT NULL,
     parent_span_id VARCHAR,
@@ -136,15 +151,35 @@ CREATE TABLE IF NOT EXISTS spans (
     status_code INTEGER NOT NULL,   -- 0 unset, 1 ok, 2 error
     status_message VARCHAR,
     service VARCHAR,                -- resource attribute service.name
-    scope VARCHAR,
-    {_CONTRACT_DDL},
+    scope VARCHAR,"""
+_SPAN_TAIL = ("attributes", "events", "file_id", "batch")
+
+SPAN_ROWS_TABLE = f"""
+CREATE TABLE IF NOT EXISTS span_rows ({_SPAN_HEAD}
+    {", ".join(f"{c.name} {c.sql_type}" for c in _ROW_COLUMNS)},
+    call {CALL_TYPE},  -- call spans: [{{tool, session, ...}}]; read them through ``spans``
     attributes {ATTRIBUTES_TYPE},  -- all attributes, as sent, when some did not fit the columns
     events STRUCT(timeUnixNano UBIGINT, name VARCHAR, attributes {ATTRIBUTES_TYPE})[],
     file_id BIGINT,                 -- load_state.file_id of the file the span came from
     batch BIGINT                    -- which load inserted it (meta 'batch' counts them)
 )
 """
-"""One row per span. Typed columns for the contract; everything else in ``attributes``."""
+"""One row per span, as the loader stores it. Read ``spans``, which unpacks ``call``."""
+
+_HEAD_NAMES = [line.split()[0] for line in _SPAN_HEAD.strip().splitlines()]
+SPAN_COLUMNS: tuple[str, ...] = (*_HEAD_NAMES, *(c.name for c in COLUMNS), *_SPAN_TAIL)
+"""The columns of ``spans``, in order."""
+
+SPANS_VIEW = f"""
+CREATE OR REPLACE VIEW spans AS
+SELECT {", ".join(_HEAD_NAMES)},
+    {", ".join(c.name if not c.call_only else f"call[1].{c.name} AS {c.name}" for c in COLUMNS)},
+    {", ".join(_SPAN_TAIL)}
+FROM span_rows
+"""
+"""One row per span with a typed column per contract attribute (NULL where the span does not
+carry it), everything else in ``attributes``: what readers query. The call-only columns come out
+of ``span_rows.call``; filters on the other columns reach the table."""
 
 LOAD_STATE_TABLE = """
 CREATE TABLE IF NOT EXISTS load_state (
@@ -214,7 +249,7 @@ SELECT
     s.duration_ns / 1e6 AS duration_ms, s.duration_ns,
     s.stage, s.stage_outcome, s.code,
     c.tool, c.session, c.principal, c.call_id
-FROM spans AS s
+FROM span_rows AS s
 LEFT JOIN calls AS c ON c.trace_id = s.trace_id AND c.span_id = s.parent_span_id
 WHERE s.category = 'stage'
 """
@@ -263,6 +298,7 @@ CREATE OR REPLACE MACRO attribute(attrs, name) AS (
 
 CONTRACT_TABLES: tuple[str, ...] = (
     "spans",
+    "span_rows",
     "calls",
     "stage_latency_hist",
     "stage_latency_all",
@@ -273,7 +309,8 @@ CONTRACT_TABLES: tuple[str, ...] = (
 """The tables a callgate database holds."""
 
 DDL: tuple[str, ...] = (
-    SPANS_TABLE,
+    SPAN_ROWS_TABLE,
+    SPANS_VIEW,
     LOAD_STATE_TABLE,
     LOAD_ERRORS_TABLE,
     META_TABLE,

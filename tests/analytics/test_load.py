@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
+import json
 import os
 import shutil
 import threading
@@ -13,6 +14,7 @@ import duckdb
 import pytest
 
 from analytics.load import ForeignFileError, connect, discover_files, follow, load
+from analytics.schema import COLUMNS, SPAN_COLUMNS
 from analytics.synth import write_span_file
 
 from .conftest import dataset, span_count
@@ -82,6 +84,56 @@ class TestLoad:
             "FROM spans WHERE call_id = 'call_s1_1' AND category = 'call'"
         ).fetchall()
         assert kept == [("v", "three", None)]
+
+    def test_spans_has_a_typed_column_per_contract_attribute(self, con, span_file):
+        """The spans view shows every contract column, typed, whatever span_rows packs."""
+        load(con, [span_file])
+        described = {
+            name: sql_type for name, sql_type, *_ in con.execute("DESCRIBE spans").fetchall()
+        }
+        assert list(described) == list(SPAN_COLUMNS)
+        assert all(described[c.name] == c.sql_type for c in COLUMNS)
+
+    def test_only_call_spans_store_call_columns(self, con, span_file):
+        """span_rows packs the call-only columns of a call span, once; other spans store none."""
+        load(con, [span_file])
+        rows = con.execute(
+            "SELECT category, count(*), count(call), min(len(call)), max(len(call)) "
+            "FROM span_rows GROUP BY category ORDER BY category"
+        ).fetchall()
+        assert rows == [("call", 21, 21, 1, 1), ("stage", _count(con) - 21, 0, None, None)]
+
+    def test_kvlist_and_bytes_values_are_kept_as_sent(self, con, tmp_path):
+        """Values callgate never sends (kvlist, bytes), on attributes and events, are not lost."""
+        path = write_span_file(tmp_path / "t.json", dataset()[:3])
+        lines = [json.loads(line) for line in path.read_text().splitlines()]
+        spans = lines[0]["resourceSpans"][0]["scopeSpans"][0]["spans"]
+        stage = next(s for s in spans if s["name"].startswith("guard."))
+        call = next(s for s in spans if s["name"].startswith("execute_tool "))
+        kvlist = {"values": [{"key": "a", "value": {"stringValue": "b"}}]}
+        stage["attributes"].append({"key": "x.map", "value": {"kvlistValue": kvlist}})
+        call["attributes"].append({"key": "x.bytes", "value": {"bytesValue": "AAEC"}})
+        stage["events"] = [
+            {
+                "timeUnixNano": stage["startTimeUnixNano"],
+                "name": "e",
+                "attributes": [{"key": "x.map", "value": {"kvlistValue": kvlist}}],
+            }
+        ]
+        path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+        report = load(con, [path])
+        assert (report.spans, report.errors) == (span_count(dataset()[:3]), 0)
+        kept = con.execute(
+            "SELECT attribute(attributes, 'x.map'), "
+            "events[1].attributes[1].value.kvlistValue::VARCHAR FROM spans WHERE span_id = ?",
+            [stage["spanId"]],
+        ).fetchall()
+        assert [tuple(json.loads(v) for v in row) for row in kept] == [(kvlist, kvlist)]
+        assert con.execute(
+            "SELECT attribute(attributes, 'x.bytes'), tool IS NOT NULL FROM spans "
+            "WHERE span_id = ?",
+            [call["spanId"]],
+        ).fetchall() == [("AAEC", True)]
 
     def test_discover_files_orders_rotated_siblings_first(self, tmp_path):
         """A path brings in its rotated backups (name-timestamp.ext[.gz]), oldest first."""
