@@ -11,7 +11,14 @@ The baseline runs in the same invocation, on the same machine state: the same se
 receiver's encoders swapped for the path the sidecar used before (``_check`` walk, then
 ``request_to_json``: ``MessageToDict`` + id rewrite + ``json.dumps``; JSON bodies through
 ``parse_request``). Each protocol runs baseline, new, baseline, new, and the best of each is
-kept; the ratio is new over baseline. The server's peak RSS is reported too (memory bounded).
+kept; the ratio is new over baseline. The server's peak RSS is reported too (memory bounded), and
+the CPU the client processes used, in cores: what the sidecar left of the 2 cores is the rest.
+
+``--baseline-tree PATH`` adds the sidecar of another source tree as a second baseline (for the
+issue's "before": ``git archive 944f983 | tar -x -C /tmp/base944`` and
+``--baseline-tree /tmp/base944``): that tree's own ``callgate sidecar`` command, in a subprocess,
+with its own HTTP handling, encoders and file writer, fed by the same clients; its ratio is new
+over it.
 
 Run: ``.venv/bin/python bench/sidecar.py [--seconds 6] [--clients 2] [--spans 512]``.
 
@@ -27,6 +34,7 @@ import http.client
 import json
 import multiprocessing as mp
 import os
+import re
 import resource
 import socket
 import sys
@@ -153,6 +161,7 @@ def client(
 ) -> None:
     """Send ``bodies`` round-robin until ``seconds`` pass; report acknowledged spans and time."""
     sent = errors = 0
+    cpu = time.process_time()
     start = time.perf_counter()
     deadline = start + seconds
     if protocol == "grpc":
@@ -186,7 +195,14 @@ def client(
             else:
                 errors += 1
         connection.close()
-    out.put({"spans": sent * spans, "errors": errors, "elapsed": time.perf_counter() - start})
+    out.put(
+        {
+            "spans": sent * spans,
+            "errors": errors,
+            "elapsed": time.perf_counter() - start,
+            "cpu": time.process_time() - cpu,
+        }
+    )
 
 
 def spans_on_disk(directory: str) -> int:
@@ -234,6 +250,63 @@ def run(
         "lost": acked - disk,
         "errors": sum(report["errors"] for report in reports),
         "rss_mb": stats["rss_mb"],
+        "client_cores": sum(report["cpu"] for report in reports) / elapsed,
+    }
+
+
+_PORTS = re.compile(r"grpc \S+:(\d+)\s+http \S+:(\d+)")
+
+
+def run_tree(
+    tree: str, protocol: str, bodies: list[bytes], spans: int, clients: int, seconds: float
+) -> dict[str, Any]:
+    """``run`` against the ``callgate sidecar`` command of source ``tree``, in a subprocess."""
+    import subprocess
+
+    ctx = mp.get_context("spawn")
+    code = "import sys; from telemetry.cli import sidecar; sidecar(sys.argv[1:])"
+    with tempfile.TemporaryDirectory() as directory:
+        ports = ["--grpc-port", "0", "--http-port", "0"]
+        process = subprocess.Popen(
+            [sys.executable, "-c", code, "--dir", directory, *ports],
+            cwd=tree,
+            env={**os.environ, "PYTHONPATH": tree},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        assert process.stdout is not None
+        found = _PORTS.search(process.stdout.readline())
+        if found is None:
+            process.kill()
+            raise RuntimeError(f"the sidecar of {tree} did not say its ports")
+        port = int(found[1] if protocol == "grpc" else found[2])
+        out = ctx.Queue()
+        procs = [
+            ctx.Process(target=client, args=(protocol, port, bodies, spans, seconds, out))
+            for _ in range(clients)
+        ]
+        for proc in procs:
+            proc.start()
+        reports = [out.get(timeout=seconds + 120) for _ in procs]
+        for proc in procs:
+            proc.join()
+        rss = -1
+        for line in Path(f"/proc/{process.pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                rss = int(line.split()[1]) // 1024
+        process.terminate()
+        process.wait(60)
+        elapsed = max(report["elapsed"] for report in reports)
+        acked = sum(report["spans"] for report in reports)
+        disk = spans_on_disk(directory)
+    return {
+        "accepted": acked / elapsed,
+        "on_disk": disk / elapsed,
+        "lost": acked - disk,
+        "errors": sum(report["errors"] for report in reports),
+        "rss_mb": rss,
+        "client_cores": sum(report["cpu"] for report in reports) / elapsed,
     }
 
 
@@ -333,6 +406,10 @@ def main() -> None:
     parser.add_argument("--spans", type=int, default=512, help="spans per request")
     parser.add_argument("--rounds", type=int, default=2, help="baseline/new pairs per protocol")
     parser.add_argument("--protocol", choices=PROTOCOLS, action="append")
+    parser.add_argument(
+        "--baseline-tree",
+        help="also run this source tree's `callgate sidecar` as a baseline (e.g. the issue's commit)",
+    )
     args = parser.parse_args()
     if args.bomb:
         print(bomb_rss(args.tree, args.bomb_clients, args.bomb_each))
@@ -348,25 +425,35 @@ def main() -> None:
         f"best of {args.rounds}; {os.cpu_count()} cores, shared with whatever else runs"
     )
     print(
-        f"{'protocol':<15}{'path':<10}{'accepted/s':>12}{'on disk/s':>12}{'lost':>6}{'errors':>8}{'RSS MB':>8}"
+        f"{'protocol':<15}{'path':<10}{'accepted/s':>12}{'on disk/s':>12}{'lost':>6}{'errors':>8}{'RSS MB':>8}{'clients':>9}"
     )
+    paths = ["baseline", "new"] + (["tree"] if args.baseline_tree else [])
     for protocol in args.protocol or PROTOCOLS:
-        best: dict[bool, dict[str, Any]] = {}
+        best: dict[str, dict[str, Any]] = {}
         for _ in range(args.rounds):
-            for legacy in (True, False):
-                row = run(
-                    protocol, legacy, encodings[protocol], args.spans, args.clients, args.seconds
-                )
-                if legacy not in best or row["on_disk"] > best[legacy]["on_disk"]:
-                    best[legacy] = row
-        for legacy in (True, False):
-            row = best[legacy]
+            for path in paths:
+                bodies = encodings[protocol]
+                if path == "tree":
+                    row = run_tree(
+                        args.baseline_tree, protocol, bodies, args.spans, args.clients, args.seconds
+                    )
+                else:
+                    row = run(
+                        protocol, path == "baseline", bodies, args.spans, args.clients, args.seconds
+                    )
+                if path not in best or row["on_disk"] > best[path]["on_disk"]:
+                    best[path] = row
+        for path in paths:
+            row = best[path]
             print(
-                f"{protocol:<15}{'baseline' if legacy else 'new':<10}{row['accepted']:>12,.0f}"
+                f"{protocol:<15}{path:<10}{row['accepted']:>12,.0f}"
                 f"{row['on_disk']:>12,.0f}{row['lost']:>6}{row['errors']:>8}{row['rss_mb']:>8}"
+                f"{row['client_cores']:>8.2f}c"
             )
-        ratio = best[False]["on_disk"] / best[True]["on_disk"]
-        print(f"{protocol:<15}{'ratio':<10}{ratio:>12.1f}x")
+        for path in paths:
+            if path != "new":
+                ratio = best["new"]["on_disk"] / best[path]["on_disk"]
+                print(f"{protocol:<15}{'ratio':<10}{ratio:>12.1f}x  (new / {path})")
         sys.stdout.flush()
 
 
