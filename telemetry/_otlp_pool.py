@@ -129,9 +129,13 @@ class EncoderPool:
             initargs=(self._writer_factory,),
         )
         # Workers start on demand; start them all now, so a bad writer fails here, not in a request.
-        pings = [executor.submit(_pid) for _ in range(self.processes)]
-        for ping in pings:
-            ping.result()
+        try:
+            pings = [executor.submit(_pid) for _ in range(self.processes)]
+            for ping in pings:
+                ping.result()
+        except BaseException:
+            executor.shutdown(wait=False, cancel_futures=True)
+            raise
         return executor
 
     def start(self) -> EncoderPool:
@@ -166,7 +170,12 @@ class EncoderPool:
                 return
             log.error("sidecar: an encoding worker died; starting new workers")
             broken.shutdown(wait=False, cancel_futures=True)
-            self._executor = self._new_executor()  # meanwhile, requests meet the broken one: 503
+            try:
+                fresh = self._new_executor()  # meanwhile, requests meet the broken one: 503
+            except Exception:  # workers that cannot start: the next request tries again
+                log.exception("sidecar: could not start encoding workers")
+                return
+            self._executor = fresh
             self.restarts += 1
 
     def pids(self) -> list[int]:

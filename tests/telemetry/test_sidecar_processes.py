@@ -201,6 +201,20 @@ class TestSameAnswers:
             single.stats.rejected_spans,
         )
 
+    def test_write_failure(
+        self, pooled: OTLPReceiver, single: OTLPReceiver, tmp_path: Path
+    ) -> None:
+        """A line that cannot be written: the same 503 answer, counted as a write error."""
+        (tmp_path / "pooled").rmdir()  # files open on the first write: that write fails
+        (tmp_path / "single").rmdir()
+        body = mixed_request().SerializeToString()
+        answer = post(pooled.http_port or 0, body, _PROTOBUF)
+        assert answer[0] == 503
+        assert answer == post(single.http_port or 0, body, _PROTOBUF)
+        assert grpc_answer(pooled.grpc_port, body) == grpc_answer(single.grpc_port, body)
+        assert pooled.stats.write_errors == single.stats.write_errors == 2
+        assert pooled.stats.requests == 0
+
 
 class TestWorkerDeath:
     def test_killed_workers_answer_503_then_recover(
