@@ -20,7 +20,11 @@ issue's "before": ``git archive 944f983 | tar -x -C /tmp/base944`` and
 with its own HTTP handling, encoders and file writer, fed by the same clients; its ratio is new
 over it.
 
-Run: ``.venv/bin/python bench/sidecar.py [--seconds 6] [--clients 2] [--spans 512]``.
+``--processes N`` runs the new path's sidecar with N encoding worker processes
+(``OTLPReceiver(processes=N)``, as ``callgate sidecar --processes N``); its RSS column is then the
+receiving process's plus N times the largest worker's.
+
+Run: ``.venv/bin/python bench/sidecar.py [--seconds 6] [--clients 2] [--spans 512] [--processes 2]``.
 
 ``--bomb`` measures memory instead: the peak RSS of ``callgate sidecar`` while clients send 1 MiB
 gzip bodies that inflate to 1 GiB; ``--tree`` runs another source tree's sidecar, for the before
@@ -30,6 +34,7 @@ figure: ``git archive main | tar -x -C /tmp/main && bench/sidecar.py --bomb --tr
 from __future__ import annotations
 
 import argparse
+import functools
 import http.client
 import json
 import multiprocessing as mp
@@ -135,9 +140,22 @@ def make_requests(spans: int, distinct: int = 4) -> list[ExportTraceServiceReque
     return requests
 
 
-def serve(legacy: bool, directory: str, ports: Any, stop: Any, result: Any) -> None:
-    """The sidecar process: serve until ``stop`` is set, then report stats and peak RSS."""
-    server = OTLPReceiver(SpanFileWriter(directory), grpc_port=0, http_port=0)
+def serve(
+    legacy: bool, directory: str, ports: Any, stop: Any, result: Any, processes: int = 1
+) -> None:
+    """The sidecar process: serve until ``stop`` is set, then report stats and peak RSS.
+
+    With ``processes`` > 1 the RSS is the receiving process's plus ``processes`` times the largest
+    worker's (an upper bound on the total)."""
+    processes = 1 if legacy else processes
+    factory = functools.partial(SpanFileWriter, directory)
+    server = OTLPReceiver(
+        factory(),
+        grpc_port=0,
+        http_port=0,
+        processes=processes,
+        writer_factory=factory if processes > 1 else None,
+    )
     if legacy:
         server.receiver = LegacyReceiver(server.receiver.writer, budget=server.receiver.budget)
     server.start()
@@ -146,6 +164,8 @@ def serve(legacy: bool, directory: str, ports: Any, stop: Any, result: Any) -> N
     server.stop()
     stats = server.stats
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+    if processes > 1:
+        rss += processes * resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024
     result.put(
         {
             "spans": stats.spans,
@@ -220,12 +240,18 @@ def spans_on_disk(directory: str) -> int:
 
 
 def run(
-    protocol: str, legacy: bool, bodies: list[bytes], spans: int, clients: int, seconds: float
+    protocol: str,
+    legacy: bool,
+    bodies: list[bytes],
+    spans: int,
+    clients: int,
+    seconds: float,
+    processes: int = 1,
 ) -> dict[str, Any]:
     ctx = mp.get_context("spawn")
     with tempfile.TemporaryDirectory() as directory:
         ports, stop, result, out = ctx.Queue(), ctx.Event(), ctx.Queue(), ctx.Queue()
-        server = ctx.Process(target=serve, args=(legacy, directory, ports, stop, result))
+        server = ctx.Process(target=serve, args=(legacy, directory, ports, stop, result, processes))
         server.start()
         grpc_port, http_port = ports.get(timeout=60)
         port = grpc_port if protocol == "grpc" else http_port
@@ -407,6 +433,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="baseline/new pairs per protocol")
     parser.add_argument("--protocol", choices=PROTOCOLS, action="append")
     parser.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        help="encoding worker processes of the new path's sidecar (OTLPReceiver(processes=N))",
+    )
+    parser.add_argument(
         "--baseline-tree",
         help="also run this source tree's `callgate sidecar` as a baseline (e.g. the issue's commit)",
     )
@@ -422,7 +454,8 @@ def main() -> None:
     }
     print(
         f"sidecar ingest: {args.clients} clients, {args.spans}-span requests, {args.seconds:g} s a run, "
-        f"best of {args.rounds}; {os.cpu_count()} cores, shared with whatever else runs"
+        f"best of {args.rounds}; new path --processes {args.processes}; "
+        f"{os.cpu_count()} cores, shared with whatever else runs"
     )
     print(
         f"{'protocol':<15}{'path':<10}{'accepted/s':>12}{'on disk/s':>12}{'lost':>6}{'errors':>8}{'RSS MB':>8}{'clients':>9}"
@@ -439,7 +472,13 @@ def main() -> None:
                     )
                 else:
                     row = run(
-                        protocol, path == "baseline", bodies, args.spans, args.clients, args.seconds
+                        protocol,
+                        path == "baseline",
+                        bodies,
+                        args.spans,
+                        args.clients,
+                        args.seconds,
+                        args.processes,
                     )
                 if path not in best or row["on_disk"] > best[path]["on_disk"]:
                     best[path] = row

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import signal
 import threading
 from pathlib import Path
@@ -100,6 +101,15 @@ __all__ = ["sidecar"]
     type=click.FloatRange(0.1),
     help="Seconds an idle (or stalled) connection is kept open.",
 )
+@click.option(
+    "--processes",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Encoding worker processes. Above 1, each decodes, encodes and writes requests to its "
+    "own span files (its own chain); protocols and limits stay in the receiving process. "
+    "Uses more cores when one is not enough.",
+)
 def sidecar(
     directory: str,
     host: str,
@@ -114,15 +124,17 @@ def sidecar(
     max_inflight: int,
     max_connections: int,
     idle_timeout: float,
+    processes: int,
 ) -> None:
     """Receive OTLP traces on this host and write them as OTLP JSON lines, like the local trail."""
     if token_file is not None:
         token = Path(token_file).read_text().strip()
     if token is not None and not token.strip():
         raise click.BadParameter("the bearer token is empty", param_hint="--token")
-    writer = SpanFileWriter(
-        directory, prefix=prefix, max_bytes=max_bytes, chain_key=env_chain_key()
+    make_writer = functools.partial(
+        SpanFileWriter, directory, prefix=prefix, max_bytes=max_bytes, chain_key=env_chain_key()
     )
+    writer = make_writer()
     try:
         receiver = OTLPReceiver(
             writer,
@@ -136,6 +148,8 @@ def sidecar(
             max_connections=max_connections,
             idle_timeout=idle_timeout,
             request_timeout=max(60.0, 2 * idle_timeout),
+            processes=processes,
+            writer_factory=make_writer if processes > 1 else None,
         )
     except ValueError as error:
         writer.close()
@@ -147,9 +161,10 @@ def sidecar(
         )
     receiver.start()
     auth = "bearer token" if token is not None else "no auth"
+    workers = f", {processes} encoding processes" if processes > 1 else ""
     click.echo(
         f"sidecar: grpc {host}:{receiver.grpc_port}  http {host}:{receiver.http_port}  "
-        f"({auth}) -> {directory}"
+        f"({auth}{workers}) -> {directory}"
     )
     stop = threading.Event()
 

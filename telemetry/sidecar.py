@@ -14,7 +14,9 @@ partial success (``rejected_spans`` and an error message).
 
 Resources are bounded: bodies (on the wire and inflated) by ``max_body``, the bytes all requests in
 flight hold by ``max_inflight``, HTTP connections by ``max_connections`` (idle ones closed after
-``idle_timeout``), concurrent gRPC calls by ``workers``. Binding an address other than loopback
+``idle_timeout``), concurrent gRPC calls by ``workers``. With ``processes`` > 1, decoding,
+encoding and writing move to that many worker processes (``telemetry._otlp_pool``), each with its own
+span files and chain; protocols and limits stay in the receiving process. Binding an address other than loopback
 needs a bearer ``token`` (checked in constant time, on both endpoints) or an explicit ``insecure``.
 """
 
@@ -46,6 +48,7 @@ from telemetry._otlp_limits import (
     bearer_matches,
     is_loopback,
 )
+from telemetry._otlp_pool import JSON, PROTOBUF, EncoderPool, WriteFailed
 from telemetry._otlp_proto import Encoded, encode_request
 from telemetry._otlp_wire import encode_wire
 from telemetry.otlpjson import parse_request
@@ -82,10 +85,18 @@ class ReceiverStats:
 class TraceReceiver(TraceServiceServicer):
     """Accepts ``ExportTraceServiceRequest`` messages and appends them to a ``SpanFileWriter``."""
 
-    def __init__(self, writer: SpanFileWriter, *, budget: ByteBudget | None = None) -> None:
+    def __init__(
+        self,
+        writer: SpanFileWriter,
+        *,
+        budget: ByteBudget | None = None,
+        pool: EncoderPool | None = None,
+    ) -> None:
         self.writer = writer
         self.stats = ReceiverStats()
         self.budget = budget if budget is not None else ByteBudget(MAX_INFLIGHT)
+        self.pool = pool
+        """When set, serialized bodies are decoded, encoded and written by its worker processes."""
         self._lock = threading.Lock()
 
     def encode(self, request: ExportTraceServiceRequest) -> Encoded:
@@ -118,12 +129,16 @@ class TraceReceiver(TraceServiceServicer):
 
     def accept_protobuf(self, body: bytes) -> Encoded:
         """Write one serialized request; raises ``ValueError`` when malformed."""
-        with self._decoding(len(body)):
+        with self._decoding(len(body)):  # held while a worker has the body, too
+            if self.pool is not None:
+                return self._pooled(self.pool, PROTOBUF, body)
             return self._write(self.encode_protobuf(body))
 
     def accept_json(self, body: bytes) -> Encoded:
         """Write one OTLP/JSON request; raises ``ValueError`` when malformed."""
         with self._decoding(len(body)):
+            if self.pool is not None:
+                return self._pooled(self.pool, JSON, body)
             return self._write(self.decode_json(body))
 
     @contextlib.contextmanager
@@ -156,6 +171,19 @@ class TraceReceiver(TraceServiceServicer):
                 raise Unavailable(
                     f"spans could not be stored: {error.strerror or error}"
                 ) from error
+        return self._count(encoded)
+
+    def _pooled(self, pool: EncoderPool, kind: str, body: bytes) -> Encoded:
+        """Have a worker process write ``body``; counted here from the outcome it returns."""
+        try:
+            encoded = pool.accept(kind, body)
+        except WriteFailed:
+            with self._lock:
+                self.stats.write_errors += 1
+            raise
+        return self._count(encoded)
+
+    def _count(self, encoded: Encoded) -> Encoded:
         with self._lock:
             self.stats.requests += 1
             self.stats.spans += encoded.spans
@@ -235,6 +263,10 @@ class OTLPReceiver:
     Either endpoint can be turned off with ``None``. ``token`` (if given) must come as
     ``authorization: Bearer <token>`` on every request; a ``host`` that is not loopback is refused
     (``ValueError``) without a token unless ``insecure`` is true.
+
+    ``processes`` > 1 starts that many encoding worker processes (on ``start``, ended by ``stop``),
+    each writing through its own ``writer_factory()`` writer (a picklable callable, e.g. a
+    ``functools.partial`` of ``SpanFileWriter``); ``writer`` then only serves ``accept``.
     """
 
     def __init__(
@@ -252,7 +284,13 @@ class OTLPReceiver:
         max_connections: int = 128,
         idle_timeout: float = 30.0,
         request_timeout: float = 60.0,
+        processes: int = 1,
+        writer_factory: Callable[[], SpanFileWriter] | None = None,
     ) -> None:
+        if processes < 1:
+            raise ValueError(f"processes must be at least 1, not {processes}")
+        if processes > 1 and writer_factory is None:
+            raise ValueError("processes > 1 needs a writer_factory for the worker processes")
         if isinstance(token, str):
             token = token.encode("utf-8")
         if token is not None and not token.strip():
@@ -276,6 +314,8 @@ class OTLPReceiver:
         self.idle_timeout = idle_timeout
         self.request_timeout = request_timeout
         self._workers = workers
+        self.processes = processes
+        self._writer_factory = writer_factory
         self._grpc: grpc.Server | None = None
         self._http: OTLPHTTPServer | None = None
         self._http_thread: threading.Thread | None = None
@@ -286,7 +326,17 @@ class OTLPReceiver:
 
     def start(self) -> OTLPReceiver:
         """Bind and serve in background threads; returns self."""
+        try:
+            self._start()
+        except BaseException:  # a port in use: no worker processes left behind
+            self.stop(0)
+            raise
+        return self
+
+    def _start(self) -> None:
         receiver = self.receiver
+        if self.processes > 1 and self._writer_factory is not None and receiver.pool is None:
+            receiver.pool = EncoderPool(self.processes, self._writer_factory).start()
         if self.grpc_port is not None:
             interceptors = [] if self.token is None else [_TokenCheck(self.token, receiver.reject)]
             server = grpc.server(
@@ -329,7 +379,6 @@ class OTLPReceiver:
             )
             thread.start()
             self._http, self._http_thread = http, thread
-        return self
 
     @property
     def http_server(self) -> OTLPHTTPServer | None:
@@ -348,6 +397,9 @@ class OTLPReceiver:
         if self._http_thread is not None:
             self._http_thread.join(grace)
             self._http_thread = None
+        if self.receiver.pool is not None:  # after the servers: requests in flight finish first
+            self.receiver.pool.shutdown()
+            self.receiver.pool = None
         self.receiver.writer.close()
 
     def __enter__(self) -> OTLPReceiver:

@@ -1,0 +1,194 @@
+"""Encoding worker processes for the sidecar (``callgate sidecar --processes N``).
+
+The sidecar's per-request work (decode, encode, chained write) holds the GIL, so one process uses
+one core. ``EncoderPool`` hands each request body to one of N spawned worker processes. A worker
+owns its own ``SpanFileWriter`` (made by the ``writer_factory`` it was given: same directory,
+prefix, size and chain key; its own files, named by its pid, and its own chain), decodes, encodes
+and writes the line itself with a ``TraceReceiver`` of its own, and sends back only the outcome.
+The receiving process answers once that outcome is back, so an accepted request is still one
+whose line is on disk.
+
+Outcomes travel as plain tuples and become, in the receiving process, the exceptions the
+single-process path raises: ``ValueError`` (or protobuf's ``DecodeError``) for a malformed request,
+``WriteFailed`` (an ``Unavailable``) when the worker could not write its line. A worker that dies
+breaks the executor: the requests it held are answered ``Unavailable`` (retryable) and the pool is
+rebuilt for the next ones. Workers ignore SIGINT (the receiving process decides when to stop) and
+flush, fsync and close their file when they exit (``multiprocessing.util.Finalize``).
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from multiprocessing import util
+from typing import TYPE_CHECKING
+
+from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
+
+from telemetry._otlp_limits import ByteBudget, Unavailable
+from telemetry._otlp_proto import Encoded
+from telemetry.trail import SpanFileWriter
+
+if TYPE_CHECKING:
+    from telemetry.sidecar import TraceReceiver
+
+__all__ = ["JSON", "PROTOBUF", "EncoderPool", "WriteFailed"]
+
+log = logging.getLogger(__name__)
+
+PROTOBUF = "protobuf"
+JSON = "json"
+
+Outcome = tuple[str, int, int, str]
+"""``(kind, spans, rejected, text)``: kind ``ok`` (text: the first rejected span's error),
+``invalid``, ``decode``, ``unavailable`` (the write failed) or ``error`` (a bug; text says what)."""
+
+_receiver: TraceReceiver | None = None
+"""The worker's own receiver (set by ``_start``; only ever set in a worker process)."""
+
+
+class WriteFailed(Unavailable):
+    """A worker could not write a request's line (disk full, I/O error): 503 / UNAVAILABLE."""
+
+
+def _start(writer_factory: Callable[[], SpanFileWriter]) -> None:
+    """Worker initializer: its own writer, closed (flushed, fsynced) when the worker exits."""
+    global _receiver
+    from telemetry.sidecar import TraceReceiver  # the sidecar imports this module
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    writer = writer_factory()
+    # Limits are the receiving process's: it holds the reservation while the body is here.
+    _receiver = TraceReceiver(writer, budget=ByteBudget(sys.maxsize))
+    util.Finalize(writer, writer.close, exitpriority=10)
+
+
+def _pid() -> int:
+    return os.getpid()
+
+
+def _accept(kind: str, body: bytes) -> Outcome:
+    """Worker side: decode, encode and write one request; its outcome, never an exception."""
+    receiver = _receiver
+    if receiver is None:  # pragma: no cover - the initializer always ran
+        return ("error", 0, 0, "worker not initialized")
+    try:
+        accept = receiver.accept_json if kind == JSON else receiver.accept_protobuf
+        encoded = accept(body)
+    except Unavailable as error:  # the budget is unlimited here: only a failed write
+        return ("unavailable", 0, 0, str(error))
+    except DecodeError as error:
+        return ("decode", 0, 0, str(error))
+    except (ValueError, RecursionError) as error:  # UnicodeError is a ValueError
+        return ("invalid", 0, 0, str(error))
+    except Exception as error:  # a bug: the receiving process answers it as one
+        log.exception("sidecar worker: request failed")
+        return ("error", 0, 0, f"{type(error).__name__}: {error}")
+    return ("ok", encoded.spans, encoded.rejected, encoded.error)
+
+
+def _result(outcome: Outcome) -> Encoded:
+    """The outcome as the single-process path would give it: a value, or the same exception."""
+    kind, spans, rejected, text = outcome
+    if kind == "ok":
+        return Encoded(line="", spans=spans, rejected=rejected, error=text)
+    if kind == "invalid":
+        raise ValueError(text)
+    if kind == "decode":
+        raise DecodeError(text)
+    if kind == "unavailable":
+        raise WriteFailed(text)
+    raise RuntimeError(text)
+
+
+class EncoderPool:
+    """N spawned processes that decode, encode and write requests, each to its own span files."""
+
+    def __init__(self, processes: int, writer_factory: Callable[[], SpanFileWriter]) -> None:
+        if processes < 1:
+            raise ValueError(f"processes must be at least 1, not {processes}")
+        self.processes = processes
+        self._writer_factory = writer_factory
+        self._lock = threading.Lock()
+        self._executor: ProcessPoolExecutor | None = None
+        self.restarts = 0
+        """How many times a broken pool (a worker died) was replaced."""
+
+    def _new_executor(self) -> ProcessPoolExecutor:
+        executor = ProcessPoolExecutor(
+            max_workers=self.processes,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_start,
+            initargs=(self._writer_factory,),
+        )
+        # Workers start on demand; start them all now, so a bad writer fails here, not in a request.
+        try:
+            pings = [executor.submit(_pid) for _ in range(self.processes)]
+            for ping in pings:
+                ping.result()
+        except BaseException:
+            executor.shutdown(wait=False, cancel_futures=True)
+            raise
+        return executor
+
+    def start(self) -> EncoderPool:
+        """Start the worker processes (and wait until each has its writer); returns self."""
+        with self._lock:
+            if self._executor is None:
+                self._executor = self._new_executor()
+        return self
+
+    def accept(self, kind: str, body: bytes) -> Encoded:
+        """Have a worker write ``body`` (``PROTOBUF`` or ``JSON``); what it wrote, with no line.
+
+        Raises ``ValueError``/``DecodeError`` (malformed), ``WriteFailed`` (not written) or
+        ``Unavailable`` (the worker died, or the pool is stopped): the single-process answers.
+        """
+        executor = self._executor
+        if executor is None:
+            raise Unavailable("the sidecar is stopping")
+        try:
+            outcome = executor.submit(_accept, kind, body).result()
+        except BrokenProcessPool as error:
+            self._replace(executor)
+            raise Unavailable(f"an encoding worker died: {error}") from error
+        except RuntimeError as error:  # submit after shutdown
+            raise Unavailable(f"the sidecar is stopping: {error}") from error
+        return _result(outcome)
+
+    def _replace(self, broken: ProcessPoolExecutor) -> None:
+        """Swap a broken executor for a new one (once, however many requests saw it break)."""
+        with self._lock:
+            if self._executor is not broken:
+                return
+            log.error("sidecar: an encoding worker died; starting new workers")
+            broken.shutdown(wait=False, cancel_futures=True)
+            try:
+                fresh = self._new_executor()  # meanwhile, requests meet the broken one: 503
+            except Exception:  # workers that cannot start: the next request tries again
+                log.exception("sidecar: could not start encoding workers")
+                return
+            self._executor = fresh
+            self.restarts += 1
+
+    def pids(self) -> list[int]:
+        """The worker processes' ids (for the CLI's status line and tests)."""
+        executor = self._executor
+        if executor is None:
+            return []
+        processes = getattr(executor, "_processes", None) or {}
+        return sorted(processes)
+
+    def shutdown(self) -> None:
+        """Let the workers finish what they hold, close their files, and wait for them to exit."""
+        with self._lock:
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=True)
