@@ -239,6 +239,46 @@ def spans_on_disk(directory: str) -> int:
     return total
 
 
+def _drive(
+    protocol: str, port: int, bodies: list[bytes], spans: int, clients: int, seconds: float
+) -> list[dict[str, Any]]:
+    """Run ``clients`` client processes against ``port`` for ``seconds``; their reports."""
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    procs = [
+        ctx.Process(target=client, args=(protocol, port, bodies, spans, seconds, out))
+        for _ in range(clients)
+    ]
+    for proc in procs:
+        proc.start()
+    reports = [out.get(timeout=seconds + 120) for _ in procs]
+    for proc in procs:
+        proc.join()
+    return reports
+
+
+def _row(reports: list[dict[str, Any]], directory: str, rss_mb: int) -> dict[str, Any]:
+    """One table row: spans/s acknowledged and found in ``directory``'s files, errors, memory."""
+    elapsed = max(report["elapsed"] for report in reports)
+    acked = sum(report["spans"] for report in reports)
+    disk = spans_on_disk(directory)
+    return {
+        "accepted": acked / elapsed,
+        "on_disk": disk / elapsed,
+        "lost": acked - disk,
+        "errors": sum(report["errors"] for report in reports),
+        "rss_mb": rss_mb,
+        "client_cores": sum(report["cpu"] for report in reports) / elapsed,
+    }
+
+
+def _peak_rss_mb(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) // 1024
+    return -1
+
+
 def run(
     protocol: str,
     legacy: bool,
@@ -248,36 +288,19 @@ def run(
     seconds: float,
     processes: int = 1,
 ) -> dict[str, Any]:
+    """One measurement of this tree's receiver (``legacy``: with the old encoders)."""
     ctx = mp.get_context("spawn")
     with tempfile.TemporaryDirectory() as directory:
-        ports, stop, result, out = ctx.Queue(), ctx.Event(), ctx.Queue(), ctx.Queue()
+        ports, stop, result = ctx.Queue(), ctx.Event(), ctx.Queue()
         server = ctx.Process(target=serve, args=(legacy, directory, ports, stop, result, processes))
         server.start()
         grpc_port, http_port = ports.get(timeout=60)
         port = grpc_port if protocol == "grpc" else http_port
-        procs = [
-            ctx.Process(target=client, args=(protocol, port, bodies, spans, seconds, out))
-            for _ in range(clients)
-        ]
-        for proc in procs:
-            proc.start()
-        reports = [out.get(timeout=seconds + 120) for _ in procs]
-        for proc in procs:
-            proc.join()
+        reports = _drive(protocol, port, bodies, spans, clients, seconds)
         stop.set()
         stats = result.get(timeout=60)
         server.join()
-        elapsed = max(report["elapsed"] for report in reports)
-        acked = sum(report["spans"] for report in reports)
-        disk = spans_on_disk(directory)
-    return {
-        "accepted": acked / elapsed,
-        "on_disk": disk / elapsed,
-        "lost": acked - disk,
-        "errors": sum(report["errors"] for report in reports),
-        "rss_mb": stats["rss_mb"],
-        "client_cores": sum(report["cpu"] for report in reports) / elapsed,
-    }
+        return _row(reports, directory, stats["rss_mb"])
 
 
 _PORTS = re.compile(r"grpc \S+:(\d+)\s+http \S+:(\d+)")
@@ -289,7 +312,6 @@ def run_tree(
     """``run`` against the ``callgate sidecar`` command of source ``tree``, in a subprocess."""
     import subprocess
 
-    ctx = mp.get_context("spawn")
     code = "import sys; from telemetry.cli import sidecar; sidecar(sys.argv[1:])"
     with tempfile.TemporaryDirectory() as directory:
         ports = ["--grpc-port", "0", "--http-port", "0"]
@@ -307,33 +329,11 @@ def run_tree(
             process.kill()
             raise RuntimeError(f"the sidecar of {tree} did not say its ports")
         port = int(found[1] if protocol == "grpc" else found[2])
-        out = ctx.Queue()
-        procs = [
-            ctx.Process(target=client, args=(protocol, port, bodies, spans, seconds, out))
-            for _ in range(clients)
-        ]
-        for proc in procs:
-            proc.start()
-        reports = [out.get(timeout=seconds + 120) for _ in procs]
-        for proc in procs:
-            proc.join()
-        rss = -1
-        for line in Path(f"/proc/{process.pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                rss = int(line.split()[1]) // 1024
+        reports = _drive(protocol, port, bodies, spans, clients, seconds)
+        rss = _peak_rss_mb(process.pid)
         process.terminate()
         process.wait(60)
-        elapsed = max(report["elapsed"] for report in reports)
-        acked = sum(report["spans"] for report in reports)
-        disk = spans_on_disk(directory)
-    return {
-        "accepted": acked / elapsed,
-        "on_disk": disk / elapsed,
-        "lost": acked - disk,
-        "errors": sum(report["errors"] for report in reports),
-        "rss_mb": rss,
-        "client_cores": sum(report["cpu"] for report in reports) / elapsed,
-    }
+        return _row(reports, directory, rss)
 
 
 def bomb_rss(tree: str, clients: int, each: int) -> str:
@@ -382,13 +382,7 @@ def bomb_rss(tree: str, clients: int, each: int) -> str:
                     raise
                 time.sleep(0.1)
 
-        def peak() -> int:
-            for line in Path(f"/proc/{process.pid}/status").read_text().splitlines():
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) // 1024
-            return -1
-
-        idle = peak()
+        idle = _peak_rss_mb(process.pid)
         answers: list[str] = []
 
         def send() -> None:
@@ -404,7 +398,7 @@ def bomb_rss(tree: str, clients: int, each: int) -> str:
             thread.start()
         for thread in threads:
             thread.join()
-        result = peak()
+        result = _peak_rss_mb(process.pid)
         process.terminate()
         process.wait(30)
     return (
