@@ -146,7 +146,10 @@ def _reader(source: Path, gz: bool, longest: int) -> str:
     )
 
 
-_NEW = "NOT EXISTS (SELECT 1 FROM span_rows AS s WHERE s.span_id = n.span_id AND s.trace_id = n.trace_id)"
+_NEW = (
+    "NOT EXISTS (SELECT 1 FROM span_rows AS s "
+    "WHERE s.span_id = n.span_id AND s.trace_id = n.trace_id)"
+)
 """The anti-join: spans already stored (an earlier load, any file) are not inserted again."""
 
 
@@ -164,8 +167,8 @@ def _insert_fast(
     before = _count(con)
     reader = _reader(source, gz, longest)
     con.execute(
-        f"INSERT INTO span_rows SELECT * FROM ({parse_sql(reader, state.file_id, state.batch)}) AS n "
-        f"WHERE {_NEW}"
+        f"INSERT INTO span_rows SELECT * FROM "
+        f"({parse_sql(reader, state.file_id, state.batch)}) AS n WHERE {_NEW}"
     )
     _drop_repeats(con, state.batch)
     return _count(con) - before

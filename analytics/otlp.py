@@ -1,4 +1,4 @@
-"""The SQL that turns OTLP JSON lines into ``span_rows``: one parallel statement, no Python per span.
+"""The SQL that makes ``span_rows`` of OTLP JSON lines: one parallel statement, no Python per span.
 
 The query walks a line the way the encoding nests it and parses each byte of JSON once into typed
 values, except span bodies, which are parsed twice (the line yields them as JSON text, then

@@ -1,4 +1,4 @@
-"""The DuckDB schema: ``span_rows`` and its ``spans`` view, the loader's bookkeeping, ``calls``, ``stages``.
+"""The DuckDB schema: ``span_rows`` and its ``spans`` view, bookkeeping, ``calls``, ``stages``.
 
 Every attribute of the span contract (``telemetry.attributes``) gets a typed column, named in
 :data:`COLUMNS`; metrics group and filter on those columns only (a group-by over a MAP column is

@@ -15,9 +15,9 @@ partial success (``rejected_spans`` and an error message).
 Resources are bounded: bodies (on the wire and inflated) by ``max_body``, the bytes all requests in
 flight hold by ``max_inflight``, HTTP connections by ``max_connections`` (idle ones closed after
 ``idle_timeout``), concurrent gRPC calls by ``workers``. With ``processes`` > 1, decoding,
-encoding and writing move to that many worker processes (``telemetry._otlp_pool``), each with its own
-span files and chain; protocols and limits stay in the receiving process. Binding an address other than loopback
-needs a bearer ``token`` (checked in constant time, on both endpoints) or an explicit ``insecure``.
+encoding and writing move to that many worker processes (``telemetry._otlp_pool``), each with
+its own span files and chain; protocols and limits stay in the receiving process. Binding an
+address other than loopback needs a bearer ``token`` (checked in constant time, on both endpoints) or an explicit ``insecure``.
 """
 
 from __future__ import annotations
