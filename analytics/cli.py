@@ -20,12 +20,12 @@ from typing import Any
 
 import click
 
-from . import advisories, gates, metrics, shadow
+from . import advisories, call_latency, gates, metrics, shadow
 from .database import DEFAULT_DB, DatabaseError, open_database
 from .load import ForeignFileError, follow, load
+from .options import confirmation_ttl_option
 from .parquet import export_parquet
-from .reconstruct import AmbiguousIdError, calls_by_call_id, resolve_id, session_calls
-from .reconstruct import trace as rebuild_trace
+from .reconstruct import AmbiguousIdError, lookup
 from .render import (
     calls_table,
     console,
@@ -164,9 +164,15 @@ def collect_report(
     k: int,
     min_calls: int,
     bucket: timedelta | None,
+    confirmation_ttl: timedelta = metrics.DEFAULT_CONFIRMATION_TTL,
+    examples: int = 0,
 ) -> dict[str, list[Any]]:
-    """Every metric, in report order."""
-    return {
+    """Every metric, in report order; with ``examples``, that many trace ids per code last.
+
+    ``confirmation_ttl`` splits pending from expired approvals, as the dashboard does with the
+    same option (:func:`analytics.options.confirmation_ttl_option`).
+    """
+    report: dict[str, list[Any]] = {
         "overview": metrics.overview(source, filters, bucket=bucket),
         # Calls that did not run, by who can act on them (analytics.gates; docs/metrics.md).
         "gates_apart_from_errors": gates.gate_shares(source, filters, bucket=bucket),
@@ -186,12 +192,18 @@ def collect_report(
         "replays": metrics.replays(source, filters, bucket=bucket),
         "loop_guards": metrics.loop_guards(source, filters, bucket=bucket),
         "stuck_sessions": metrics.stuck_sessions(source, filters, limit=10),
-        "confirmation_funnel": metrics.confirmation_funnel(source, filters, bucket=bucket),
+        "confirmation_funnel": metrics.confirmation_funnel(
+            source, filters, bucket=bucket, ttl=confirmation_ttl
+        ),
+        "call_latency": call_latency.call_latency(source, filters, bucket=bucket),
         "stage_latency": metrics.stage_latency(source, filters, bucket=bucket),
         # Issue 11: warnings that let calls through, and what shadow mode would have refused.
         "warnings": advisories.warning_counts(source, filters, bucket=bucket),
         "would_have_rejected_in_shadow": shadow.would_have_rejected(source, filters, bucket=bucket),
     }
+    if examples:
+        report["example_traces"] = metrics.rejection_examples(source, filters, n=examples)
+    return report
 
 
 @click.command("report")
@@ -218,6 +230,15 @@ def collect_report(
     "--min-calls", default=20, show_default=True, help="Rates below this many calls are not shown."
 )
 @click.option("--bucket", help="Time series bucket, e.g. 15m, 1h, 1d.")
+@click.option(
+    "--examples",
+    default=0,
+    show_default=True,
+    type=click.IntRange(0, 100),
+    metavar="N",
+    help="Also list the N latest trace ids per rejection code (open one with `callgate trace`).",
+)
+@confirmation_ttl_option
 @_clickhouse_option
 @_json_option
 def report_command(
@@ -230,10 +251,21 @@ def report_command(
     k: int,
     min_calls: int,
     bucket: str | None,
+    examples: int,
+    confirmation_ttl: float,
     clickhouse_url: str | None,
     as_json: bool,
 ) -> None:
-    """Print the metrics: rejections, recovery, replays, loop guards, confirmations, latency."""
+    """Print the metrics: rejections, recovery, replays, loop guards, confirmations, latency.
+
+    \b
+    Examples:
+      callgate report --db callgate.duckdb
+      callgate report --since 2026-12-01T00:00 --tool refund_order --examples 3
+      callgate report --bucket 1h --json > report.json
+
+    Exit codes: 0 printed, 1 the database could not be read, 2 bad options.
+    """
     filters = metrics.Filters(
         start=_time(since),
         end=_time(until),
@@ -243,11 +275,27 @@ def report_command(
     )
     step = _duration(bucket)
     with _source(database, clickhouse_url) as source:
-        data = collect_report(source, filters, k=k, min_calls=min_calls, bucket=step)
+        data = collect_report(
+            source,
+            filters,
+            k=k,
+            min_calls=min_calls,
+            bucket=step,
+            confirmation_ttl=timedelta(seconds=confirmation_ttl),
+            examples=examples,
+        )
     if as_json:
-        echo_json({"filters": filters, "k": k, "min_calls": min_calls, **data})
+        echo_json(
+            {
+                "filters": filters,
+                "k": k,
+                "min_calls": min_calls,
+                "confirmation_ttl_seconds": confirmation_ttl,
+                **data,
+            }
+        )
         return
-    print_report(data, console())
+    print_report(data, console(), open_with=_open_with(database, clickhouse_url))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -276,7 +324,25 @@ def trace_command(
     if sum(x is not None for x in (trace_id, session, call_id)) != 1:
         raise click.UsageError("give exactly one of TRACE_ID, --session or --call-id")
     with _source(database, clickhouse_url) as source:
-        _print_lookup(source, trace_id, session, call_id, as_json)
+        _print_lookup(
+            source, trace_id, session, call_id, as_json, _open_with(database, clickhouse_url)
+        )
+
+
+def _open_with(database: str, clickhouse_url: str | None) -> str:
+    """The options a printed ``callgate trace`` hint needs to read the same source."""
+    import shlex
+    from urllib.parse import urlsplit, urlunsplit
+
+    if clickhouse_url:
+        parts = urlsplit(clickhouse_url)  # never print the password: the reader has the URL
+        netloc = parts.netloc
+        if parts.username or parts.password:
+            host = parts.hostname or ""
+            host = f"[{host}]" if ":" in host else host
+            netloc = f"{host}:{parts.port}" if parts.port else host
+        return f"--clickhouse {shlex.quote(urlunsplit(parts._replace(netloc=netloc)))}"
+    return f"--db {shlex.quote(database)}"
 
 
 def _print_lookup(
@@ -285,33 +351,28 @@ def _print_lookup(
     session: str | None,
     call_id: str | None,
     as_json: bool,
+    open_with: str,
 ) -> None:
+    """The one id rule (:func:`analytics.reconstruct.lookup`), the dashboard's too."""
     if trace_id is not None:
-        full = _resolve(source, "trace_id", trace_id)
-        view = rebuild_trace(source, full or trace_id)
-        if view is None:
-            raise click.ClickException(f"no spans for trace {trace_id}")
-        echo_json(view) if as_json else print_trace(view)
-        return
-    if session is not None:
-        session = _resolve(source, "session", session) or session
-        calls = session_calls(source, session)
-        title = f"session {session}"
+        query, columns, title = trace_id, ("trace_id",), f"trace {trace_id}"
+    elif session is not None:
+        query, columns, title = session, ("session",), f"session {session}"
     else:
-        call_id = _resolve(source, "call_id", call_id or "") or call_id or ""
-        calls = calls_by_call_id(source, call_id)
-        title = f"call id {call_id}"
-    if not calls:
-        raise click.ClickException(f"no calls for {title}")
-    echo_json(calls) if as_json else console().print(calls_table(title, calls))
-
-
-def _resolve(source: metrics.Source, column: str, prefix: str) -> str | None:
-    """The full id for an unambiguous prefix (see :func:`analytics.reconstruct.resolve_id`)."""
+        query, columns, title = call_id or "", ("call_id",), f"call id {call_id}"
     try:
-        return resolve_id(source, column, prefix)
+        found = lookup(source, query, columns=columns)
     except AmbiguousIdError as exc:
         raise click.ClickException(f"{exc}; give more characters") from exc
+    if found.trace is not None:
+        echo_json(found.trace) if as_json else print_trace(found.trace, open_with=open_with)
+        return
+    if not found.calls:
+        raise click.ClickException(
+            f"no spans for {title}" if trace_id is not None else f"no calls for {title}"
+        )
+    title = f"{found.matched} {found.id}"
+    echo_json(list(found.calls)) if as_json else console().print(calls_table(title, found.calls))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -21,10 +21,19 @@ from .query import (
 )
 
 __all__ = [
+    "DEFAULT_CONFIRMATION_TTL",
     "ConfirmationFunnel",
     "confirmation_funnel",
     "confirmation_funnel_query",
+    "data_now",
 ]
+
+DEFAULT_CONFIRMATION_TTL = timedelta(seconds=900)
+"""The guard's default ``Policy.confirmation_ttl``: an approval undecided for longer has expired.
+
+Every view that splits pending from expired (``callgate report``, the dashboard) uses this one
+default and the one ``--confirmation-ttl`` option (:data:`analytics.cli.confirmation_ttl_option`).
+"""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -45,12 +54,25 @@ class ConfirmationFunnel:
     """Approved, but the re-check refused the resumed call (any other code)."""
     denied: int
     expired: int
+    """Denied by nobody in time: a resumption recorded the expiry, or none came within the TTL."""
     pending: int
-    """No decision recorded yet."""
+    """No decision recorded yet, asked within the confirmation TTL: a human can still decide."""
+
+
+def data_now(source: Source) -> datetime | None:
+    """The latest call stored: the data's clock, right for a live database and for one loaded
+    from old span files alike (None for an empty source)."""
+    b = backend_of(source)
+    latest = b.fetch(f"SELECT max(start_time) AS last FROM {b.dialect.calls}", {})
+    return latest[0]["last"] if latest else None
 
 
 def confirmation_funnel_query(
-    filters: Filters, d: Dialect = DUCKDB, *, bucket: timedelta | None = None
+    filters: Filters,
+    d: Dialect = DUCKDB,
+    *,
+    bucket: timedelta | None = None,
+    cutoff: datetime | None = None,
 ) -> SqlParams:
     """The funnel, step by step.
 
@@ -58,7 +80,8 @@ def confirmation_funnel_query(
        themselves resumptions; one per approval id.
     2. ``decided``: per approval id, the latest resumed call (``guard.resumed``): its decision
        (``approval.outcome``) and its code. Not time-filtered: a decision may come later.
-    3. Left join and count each outcome; no resumed call means still pending.
+    3. Left join and count each outcome; no resumed call means still pending when asked at or
+       after ``cutoff`` (now - TTL), expired before it (None: every undecided one is pending).
     """
     where, params = where_clause(
         filters,
@@ -69,6 +92,10 @@ def confirmation_funnel_query(
             "NOT coalesce(resumed, false)",
         ],
     )
+    lapsed = "false"
+    if cutoff is not None:
+        params["cutoff"] = d.value(cutoff)
+        lapsed = f"r.start_time < {d.param('cutoff', 'timestamp')}"
     return (
         f"""
         WITH required AS (
@@ -91,8 +118,11 @@ def confirmation_funnel_query(
                sum(CASE WHEN x.decision = 'approved' AND x.final_code <> 'OK'
                         THEN 1 ELSE 0 END) AS approved_refused,
                sum(CASE WHEN x.decision = 'denied' THEN 1 ELSE 0 END) AS denied,
-               sum(CASE WHEN x.decision = 'expired' THEN 1 ELSE 0 END) AS expired,
-               sum(CASE WHEN coalesce(x.decision, '') = '' THEN 1 ELSE 0 END) AS pending
+               sum(CASE WHEN x.decision = 'expired'
+                         OR (coalesce(x.decision, '') = '' AND {lapsed})
+                        THEN 1 ELSE 0 END) AS expired,
+               sum(CASE WHEN coalesce(x.decision, '') = '' AND NOT ({lapsed})
+                        THEN 1 ELSE 0 END) AS pending
         FROM required AS r
         LEFT JOIN decided AS x ON x.approval_id = r.approval_id
         GROUP BY 1, 2 ORDER BY 1, 2
@@ -102,17 +132,26 @@ def confirmation_funnel_query(
 
 
 def confirmation_funnel(
-    source: Source, filters: Filters = ALL, *, bucket: timedelta | None = None
+    source: Source,
+    filters: Filters = ALL,
+    *,
+    bucket: timedelta | None = None,
+    ttl: timedelta = DEFAULT_CONFIRMATION_TTL,
+    now: datetime | None = None,
 ) -> list[ConfirmationFunnel]:
     """Confirmation outcomes per tool.
 
     Definition: each call that asked for a human (CONFIRMATION_REQUIRED or TAINTED_CONTEXT, with
     ``guard.approval.outcome = 'pending'``) is followed to the resumed call with the same
     ``guard.approval.id``: approved and executed (code OK), approved but refused on re-check
-    (approved, another code), denied, expired, or still pending (no resumed call). The time
-    filter and buckets apply to the call that asked. Frequent denials mean the model proposes
-    the wrong actions.
+    (approved, another code), denied, expired, or still pending. With no resumed call, the
+    approval is pending while it was asked within ``ttl`` (the deployment's
+    ``Policy.confirmation_ttl``) of ``now`` (default: the latest call stored, :func:`data_now`),
+    and expired after: the guard refuses to resume it. The time filter and buckets apply to the
+    call that asked. Frequent denials mean the model proposes the wrong actions.
     """
     b = backend_of(source)
-    rows = b.fetch(*confirmation_funnel_query(filters, b.dialect, bucket=bucket))
+    now = now if now is not None else data_now(source)
+    cutoff = now - ttl if now is not None else None
+    rows = b.fetch(*confirmation_funnel_query(filters, b.dialect, bucket=bucket, cutoff=cutoff))
     return rows_as(ConfirmationFunnel, rows)

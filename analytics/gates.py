@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
+from .confirmations import DEFAULT_CONFIRMATION_TTL, data_now
 from .dialect import DUCKDB, Dialect
 from .query import (
     ALL,
@@ -313,7 +314,7 @@ def pending_approvals(
     source: Source,
     filters: Filters = ALL,
     *,
-    ttl: timedelta,
+    ttl: timedelta = DEFAULT_CONFIRMATION_TTL,
     now: datetime | None = None,
 ) -> PendingApprovals:
     """Approvals still waiting for a human, and those that lapsed unanswered.
@@ -323,12 +324,12 @@ def pending_approvals(
     undecided one is *open* while ``asked >= now - ttl`` and *lapsed* (expired) after: the guard
     refuses to resume it (``CONFIRMATION_EXPIRED``). ``now`` defaults to the latest call stored (the
     data's clock, right for a live database and for one loaded from old span files alike); ``ttl``
-    is the deployment's ``Policy.confirmation_ttl``.
+    is the deployment's ``Policy.confirmation_ttl``. ``open`` is the confirmation funnel's
+    ``pending`` summed over tools, and ``lapsed`` is part of its ``expired``.
     """
     b = backend_of(source)
     if now is None:
-        latest = b.fetch(f"SELECT max(start_time) AS last FROM {b.dialect.calls}", {})
-        now = latest[0]["last"] if latest else None
+        now = data_now(source)
     if now is None:
         return PendingApprovals(open=0, lapsed=0, now=None)
     [row] = b.fetch(*pending_approvals_query(filters, b.dialect, cutoff=now - ttl))

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from .confirmations import (
+    DEFAULT_CONFIRMATION_TTL,
     ConfirmationFunnel,
     confirmation_funnel,
     confirmation_funnel_query,
@@ -75,18 +76,22 @@ from .recovery import (
 from .rejections import (
     CallCount,
     InvalidField,
+    RejectionExample,
     RejectionRate,
     call_counts,
     call_counts_query,
     invalid_calls_query,
     invalid_fields,
     invalid_fields_query,
+    rejection_examples,
+    rejection_examples_query,
     rejection_rate,
     rejection_rate_query,
 )
 
 __all__ = [
     "ALL",
+    "DEFAULT_CONFIRMATION_TTL",
     "FIXABLE_DEFAULT_K",
     "LOOP_GUARD_CODES",
     "PIPELINE_STAGES",
@@ -103,6 +108,7 @@ __all__ = [
     "LoopGuard",
     "Overview",
     "Recovery",
+    "RejectionExample",
     "RejectionRate",
     "Replays",
     "Source",
@@ -127,6 +133,8 @@ __all__ = [
     "recovery_by_code_query",
     "recovery_rate",
     "recovery_rate_query",
+    "rejection_examples",
+    "rejection_examples_query",
     "rejection_rate",
     "rejection_rate_query",
     "replays",

@@ -9,6 +9,7 @@ them: text) and the same ``calls`` relation the metrics use. Results are frozen 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -20,10 +21,12 @@ __all__ = [
     "AmbiguousIdError",
     "CallSummary",
     "Event",
+    "Lookup",
     "SpanNode",
     "TraceView",
     "calls_by_call_id",
     "calls_with_code",
+    "lookup",
     "resolve_id",
     "session_calls",
     "tainting_call",
@@ -263,6 +266,50 @@ def resolve_id(source: Source, column: str, prefix: str) -> str | None:
         return wanted if wanted in ids else (ids[0] if ids else None)
     shown = ", ".join(ids[:5]) + (", ..." if len(ids) > 5 else "")
     raise AmbiguousIdError(f"{_ID_COLUMNS[column]} {prefix!r} is ambiguous: {shown}")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Lookup:
+    """What an id found: one trace, or the calls of a session or with a call id."""
+
+    trace: TraceView | None = None
+    calls: tuple[CallSummary, ...] = ()
+    """The trace's calls, or the calls matched by session or call id (each links to its trace)."""
+    matched: str = ""
+    """What the id matched: "trace", "session", "call id", or "" (nothing)."""
+    id: str = ""
+    """The full id the query resolved to (a prefix is completed by :func:`resolve_id`)."""
+
+
+LOOKUP_ORDER: tuple[str, ...] = ("trace_id", "session", "call_id")
+"""Where an id is looked for, in order: the first column it resolves in wins."""
+
+
+def lookup(source: Source, query: str, *, columns: Sequence[str] = LOOKUP_ORDER) -> Lookup:
+    """Find ``query`` as a trace id, then a session, then a call id (or only in ``columns``).
+
+    The one id rule for ``callgate trace`` and the dashboard's Trace explorer: an exact id or an
+    unambiguous prefix (:func:`resolve_id`); an ambiguous prefix raises :class:`AmbiguousIdError`.
+    """
+    query = query.strip()
+    if not query:
+        return Lookup()
+    for column in columns:
+        full = resolve_id(source, column, query)
+        if full is None:
+            continue
+        matched = _ID_COLUMNS[column]
+        if column == "trace_id":
+            view = trace(source, full)
+            if view is not None:
+                return Lookup(trace=view, calls=view.calls, matched=matched, id=full)
+            continue
+        found = (
+            session_calls(source, full) if column == "session" else calls_by_call_id(source, full)
+        )
+        if found:
+            return Lookup(calls=tuple(found), matched=matched, id=full)
+    return Lookup()
 
 
 _SPAN_COLUMNS = ", ".join(

@@ -26,12 +26,15 @@ from .shadow import ENFORCED_CODE_SQL
 __all__ = [
     "CallCount",
     "InvalidField",
+    "RejectionExample",
     "RejectionRate",
     "call_counts",
     "call_counts_query",
     "invalid_calls_query",
     "invalid_fields",
     "invalid_fields_query",
+    "rejection_examples",
+    "rejection_examples_query",
     "rejection_rate",
     "rejection_rate_query",
 ]
@@ -262,3 +265,48 @@ def invalid_fields(
         if kept[r.bucket] <= limit:
             limited.append(r)
     return limited
+
+
+# ---------------------------------------------------------------------------------------------
+# Example traces per code
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RejectionExample:
+    """One recent call that ended with a code: the trace to open from a rate."""
+
+    code: str
+    tool: str | None
+    start_time: datetime
+    trace_id: str
+
+
+def rejection_examples_query(filters: Filters, d: Dialect = DUCKDB, *, n: int) -> SqlParams:
+    """Per code (calls that are not OK), the ``n`` latest calls: rank by start time, keep the top."""
+    where, params = where_clause(filters, d, extra=["NOT coalesce(ok, false)", "code IS NOT NULL"])
+    params["n"] = n
+    return (
+        f"""
+        SELECT code, tool, start_time, trace_id
+        FROM (
+            SELECT code, tool, start_time, trace_id,
+                   row_number() OVER (PARTITION BY code ORDER BY start_time DESC, trace_id) AS rank
+            FROM {d.calls} {where}
+        ) AS ranked
+        WHERE rank <= {d.param("n", "int")}
+        ORDER BY code, start_time DESC
+        """,
+        params,
+    )
+
+
+def rejection_examples(
+    source: Source, filters: Filters = ALL, *, n: int = 3
+) -> list[RejectionExample]:
+    """The latest ``n`` traces per rejection code, so a rate leads to a call without SQL.
+
+    Definition: among the filtered calls that are not OK, per ``guard.code``, the ``n`` with the
+    latest start (ties by trace id), newest first.
+    """
+    b = backend_of(source)
+    return rows_as(RejectionExample, b.fetch(*rejection_examples_query(filters, b.dialect, n=n)))

@@ -92,6 +92,9 @@ def _cell(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.1%}" if value <= 1.0 else f"{value:.2f}"
     if isinstance(value, datetime):
+        # The database stores UTC without a zone; say so, a responder compares it with logs.
+        if value.tzinfo is None:
+            return value.isoformat(sep=" ", timespec="seconds") + " UTC"
         return value.isoformat(sep=" ", timespec="seconds")
     return str(value)
 
@@ -108,7 +111,7 @@ def metric_table(title: str, rows: list[Any]) -> Table:
     names = [f.name for f in fields(rows[0]) if any(getattr(r, f.name) is not None for r in rows)]
     for name in names:
         table.add_column(
-            name.removesuffix("_ms"),
+            name.removesuffix("_ms").replace("_", " "),
             justify="right"
             if name not in ("tool", "code", "field", "stage", "session")
             else "left",
@@ -127,10 +130,14 @@ def metric_table(title: str, rows: list[Any]) -> Table:
     return table
 
 
-def print_report(data: dict[str, list[Any]], out: Console) -> None:
-    """Print :func:`collect_report`'s result as one table per metric."""
+def print_report(data: dict[str, list[Any]], out: Console, *, open_with: str = "") -> None:
+    """Print :func:`collect_report`'s result as one table per metric; after the example traces,
+    the command that opens one (``open_with``: the options naming the same database)."""
     for name, rows in data.items():
         out.print(metric_table(name.replace("_", " "), rows))
+    examples = data.get("example_traces") or []
+    if examples:
+        out.print(Text(f"open one: callgate trace {examples[0].trace_id} {open_with}".rstrip()))
 
 
 def _node_label(node: SpanNode) -> Text:
@@ -217,8 +224,11 @@ def _taint_flags(c: CallSummary) -> str:
     return f"returned untrusted outside text: the session is tainted from here; {found}"
 
 
-def print_trace(view: TraceView) -> None:
-    """The span tree, each call with its message and flags, what tainted it, its approvals."""
+def print_trace(view: TraceView, *, open_with: str = "") -> None:
+    """The span tree, each call with its message and flags, what tainted it, its approvals.
+
+    ``open_with`` (e.g. ``--db demo.duckdb``) is repeated in the hints that open another trace,
+    so they read the database this one came from."""
     out = console()
     tree = Tree(Text(f"trace {view.trace_id}"))
     for root in view.roots:
@@ -232,7 +242,7 @@ def print_trace(view: TraceView) -> None:
             Text(
                 f"tainted by: call {_cell(t.call_id)} ({_cell(t.tool)}, step {_cell(t.step)}, "
                 f"{_cell(t.start_time)}): {_taint_flags(t)}\n"
-                f"  open it: callgate trace {t.trace_id}"
+                f"  open it: callgate trace {t.trace_id} {open_with}".rstrip()
             )
         )
     if view.approvals:
@@ -249,6 +259,8 @@ def print_scenario(found: ScenarioExport, path: Path, as_json: bool) -> None:
     for reason, count in Counter(s.reason for s in found.skipped).most_common():
         click.echo(f"  {count:>6}  {reason}")
     for skipped in found.skipped[:20]:
-        click.echo(f"  skipped {skipped.trace_id} {skipped.tool} ({skipped.call_id}): {skipped.reason}")
+        click.echo(
+            f"  skipped {skipped.trace_id} {skipped.tool} ({skipped.call_id}): {skipped.reason}"
+        )
     if len(found.skipped) > 20:
         click.echo(f"  ... and {len(found.skipped) - 20} more (--json lists them all)")

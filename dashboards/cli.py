@@ -10,9 +10,10 @@ from pathlib import Path
 import click
 
 from analytics import database
+from analytics.options import confirmation_ttl_option
 
 from .server import PortInUseError, check_port, free_port, start_server, stop
-from .settings import DEFAULT_CONFIRMATION_TTL_SECONDS, DEFAULT_REFRESH_SECONDS, Settings
+from .settings import DEFAULT_REFRESH_SECONDS, Settings
 
 __all__ = ["DEFAULT_DB", "dashboard", "serve_until_stopped"]
 
@@ -44,14 +45,7 @@ DEFAULT_DB = database.DEFAULT_DB
     type=click.IntRange(0),
     help="Auto-refresh interval in seconds the page starts with; 0 starts with it off.",
 )
-@click.option(
-    "--confirmation-ttl",
-    default=DEFAULT_CONFIRMATION_TTL_SECONDS,
-    show_default=True,
-    type=click.FloatRange(min=0, min_open=True),
-    help="Seconds a pending approval stays open (the guard's Policy.confirmation_ttl): "
-    "older undecided approvals count as expired, not pending.",
-)
+@confirmation_ttl_option
 def dashboard(
     db: Path | None,
     clickhouse: str | None,

@@ -295,7 +295,7 @@ class ConfirmationsData:
     tools: list[ConfirmationFunnel]
     total: FunnelPoint
     """The funnel summed over tools; its ``pending`` counts only approvals still open and its
-    ``expired`` includes those that lapsed unanswered (:func:`analytics.gates.pending_approvals`)."""
+    ``expired`` includes those that lapsed unanswered (as :func:`metrics.confirmation_funnel`)."""
     trend: list[FunnelPoint]
     pending: PendingApprovals
 
@@ -304,19 +304,13 @@ def confirmations(
     source: Source, filters: Filters, *, bucket: timedelta, confirmation_ttl: timedelta
 ) -> ConfirmationsData:
     """The confirmation funnel per tool, in total, and per bucket; open vs lapsed approvals."""
-    tools = metrics.confirmation_funnel(source, filters)
-    pending = gates.pending_approvals(source, filters, ttl=confirmation_ttl)
-    total = _funnel_sum(None, tools)
-    total.counts["expired"] += pending.lapsed
-    total.counts["pending"] = pending.open
+    tools = metrics.confirmation_funnel(source, filters, ttl=confirmation_ttl)
+    trend = metrics.confirmation_funnel(source, filters, bucket=bucket, ttl=confirmation_ttl)
     return ConfirmationsData(
         tools=tools,
-        pending=pending,
-        total=total,
-        trend=[
-            _funnel_sum(b, rows)
-            for b, rows in _group(metrics.confirmation_funnel(source, filters, bucket=bucket))
-        ],
+        pending=gates.pending_approvals(source, filters, ttl=confirmation_ttl),
+        total=_funnel_sum(None, tools),
+        trend=[_funnel_sum(b, rows) for b, rows in _group(trend)],
     )
 
 
@@ -389,32 +383,15 @@ def latency(source: Source, filters: Filters, *, bucket: timedelta) -> LatencyDa
 # Trace explorer
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class TraceLookup:
-    """What a search found: one trace, or the calls of a session or with a call id."""
-
-    trace: reconstruct.TraceView | None = None
-    calls: tuple[reconstruct.CallSummary, ...] = ()
-    """Calls matched by session or call id (each links to its trace)."""
-    matched: str = ""
-    """What the query matched: "trace", "session", "call id" or "" (nothing)."""
+TraceLookup = reconstruct.Lookup
+"""What a search found (:class:`analytics.reconstruct.Lookup`)."""
 
 
 def lookup(source: Source, query: str) -> TraceLookup:
-    """Find ``query`` as a trace id, then as a session, then as a call id."""
-    query = query.strip()
-    if not query:
-        return TraceLookup()
-    found = reconstruct.trace(source, query)
-    if found is not None:
-        return TraceLookup(trace=found, calls=found.calls, matched="trace")
-    session = reconstruct.session_calls(source, query)
-    if session:
-        return TraceLookup(calls=tuple(session), matched="session")
-    by_call_id = reconstruct.calls_by_call_id(source, query)
-    if by_call_id:
-        return TraceLookup(calls=tuple(by_call_id), matched="call id")
-    return TraceLookup()
+    """Find ``query`` as a trace id, then a session, then a call id, each exact or by an
+    unambiguous prefix: the same rule as ``callgate trace`` (:func:`analytics.reconstruct.lookup`).
+    An ambiguous prefix raises :class:`analytics.reconstruct.AmbiguousIdError`."""
+    return reconstruct.lookup(source, query)
 
 
 TAINTED_CONTEXT = "TAINTED_CONTEXT"

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from urllib.parse import urlsplit, urlunsplit
 
+from analytics.confirmations import DEFAULT_CONFIRMATION_TTL
+
 __all__ = [
     "CLICKHOUSE_ENV",
     "DB_ENV",
@@ -32,7 +34,7 @@ TTL_ENV = "CALLGATE_DASHBOARD_CONFIRMATION_TTL"
 """Seconds a pending approval stays open in the deployment (``Policy.confirmation_ttl``)."""
 
 DEFAULT_REFRESH_SECONDS = 10
-DEFAULT_CONFIRMATION_TTL_SECONDS = 900.0
+DEFAULT_CONFIRMATION_TTL_SECONDS = DEFAULT_CONFIRMATION_TTL.total_seconds()
 """The guard's default ``Policy.confirmation_ttl``: older undecided approvals have expired."""
 
 

@@ -59,23 +59,12 @@ def render(ctx: PageContext) -> None:
         width="stretch",
     )
     st.subheader("Per tool")
-    per_tool_labels = {"expired": "Expired (answered late)", "pending": "Unanswered"}
     st.dataframe(
         [
-            {
-                "tool": r.tool,
-                **{
-                    per_tool_labels.get(name, label): getattr(r, name)
-                    for name, label, _ in data.FUNNEL_STEPS
-                },
-            }
+            {"tool": r.tool, **{label: getattr(r, name) for name, label, _ in data.FUNNEL_STEPS}}
             for r in found.tools
         ],
         hide_index=True,
-    )
-    st.caption(
-        "Unanswered: no decision yet, whether still open or lapsed past the confirmation TTL; the "
-        "totals above count the lapsed ones as expired."
     )
     outcomes = [(name, label) for name, label, _ in data.FUNNEL_STEPS if name != "required"]
     st.altair_chart(

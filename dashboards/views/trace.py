@@ -35,15 +35,19 @@ def render(ctx: PageContext) -> None:
     if not query:
         st.caption("Paste a trace id from a log line, a session id or the model's call id.")
         return
-    found = data.lookup(ctx.source, query)
+    try:
+        found = data.lookup(ctx.source, query)
+    except reconstruct.AmbiguousIdError as exc:
+        st.warning(f"{safe.text(str(exc))}: give more characters")
+        return
     if found.trace is None and not found.calls:
         st.warning(f"Nothing found for {safe.text(query)}")
         return
-    _keep_in_url(found.matched, query)
+    _keep_in_url(found.matched, found.id)
     if found.trace is not None:
         _trace(ctx, found.trace)
         return
-    st.markdown(f"**{len(found.calls)}** call(s) in {found.matched} {safe.text(query)}")
+    st.markdown(f"**{len(found.calls)}** call(s) in {found.matched} {safe.text(found.id)}")
     _call_table(found.calls)
     labels = {_label(c): c.trace_id for c in found.calls}
     picked = st.selectbox("Open a call", list(labels), key="trace_pick")

@@ -82,10 +82,15 @@ class TestPendingApprovals:
         later = gates.pending_approvals(db, ttl=timedelta(minutes=15), now=T0 + timedelta(days=1))
         assert (later.open, later.lapsed) == (0, 1)
 
-    def test_funnel_pending_is_open_plus_lapsed(self, db: duckdb.DuckDBPyConnection) -> None:
-        """The funnel's undecided count is what this splits."""
-        found = gates.pending_approvals(db, ttl=timedelta(minutes=5))
-        assert found.open + found.lapsed == sum(f.pending for f in metrics.confirmation_funnel(db))
+    def test_funnel_splits_at_the_same_ttl(self, db: duckdb.DuckDBPyConnection) -> None:
+        """The funnel's pending are the open approvals; the lapsed ones are among its expired."""
+        for ttl in (timedelta(minutes=5), timedelta(minutes=15)):
+            found = gates.pending_approvals(db, ttl=ttl)
+            funnel = metrics.confirmation_funnel(db, ttl=ttl)
+            forever = metrics.confirmation_funnel(db, ttl=timedelta(days=3650))
+            assert sum(f.pending for f in funnel) == found.open
+            assert sum(f.expired for f in funnel) == sum(f.expired for f in forever) + found.lapsed
+            assert found.open + found.lapsed == sum(f.pending for f in forever)
 
 
 class TestReportLines:

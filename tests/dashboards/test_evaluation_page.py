@@ -57,7 +57,9 @@ class TestAppTest:
         assert [r["name"] for r in per_run] == ["v2", "v1"]
         changed = at.dataframe[1].value.to_dict("records")
         assert [c["case"] for c in changed] == ["units"]
-        assert changed[0]["before (share as expected)"] == "0.0%" and changed[0]["after"] == "100.0%"
+        assert (
+            changed[0]["before (share as expected)"] == "0.0%" and changed[0]["after"] == "100.0%"
+        )
         assert not at.error and not at.warning
 
     def test_no_runs_yet(self, fixture_db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
