@@ -20,16 +20,18 @@ from typing import Any
 
 import click
 
-from . import advisories, call_latency, gates, metrics, shadow
+from . import advisories, alerts, call_latency, gates, metrics, shadow
 from .database import DEFAULT_DB, DatabaseError, open_database
 from .load import ForeignFileError, follow, load
 from .options import confirmation_ttl_option
 from .parquet import export_parquet
 from .reconstruct import AmbiguousIdError, lookup
 from .render import (
+    asdict_result,
     calls_table,
     console,
     echo_json,
+    print_alerts,
     print_load,
     print_report,
     print_scenario,
@@ -38,6 +40,7 @@ from .render import (
 from .scenario import export_scenario
 
 __all__ = [
+    "alerts_command",
     "analytics_cli",
     "collect_report",
     "export_command",
@@ -332,16 +335,11 @@ def trace_command(
 def _open_with(database: str, clickhouse_url: str | None) -> str:
     """The options a printed ``callgate trace`` hint needs to read the same source."""
     import shlex
-    from urllib.parse import urlsplit, urlunsplit
 
-    if clickhouse_url:
-        parts = urlsplit(clickhouse_url)  # never print the password: the reader has the URL
-        netloc = parts.netloc
-        if parts.username or parts.password:
-            host = parts.hostname or ""
-            host = f"[{host}]" if ":" in host else host
-            netloc = f"{host}:{parts.port}" if parts.port else host
-        return f"--clickhouse {shlex.quote(urlunsplit(parts._replace(netloc=netloc)))}"
+    from .urls import without_password
+
+    if clickhouse_url:  # never print the password: the reader has the URL
+        return f"--clickhouse {shlex.quote(without_password(clickhouse_url))}"
     return f"--db {shlex.quote(database)}"
 
 
@@ -458,12 +456,77 @@ def export_command(
         click.echo(f"wrote {result.spans} spans to {result.directory} ({len(result.days)} days)")
 
 
+# ---------------------------------------------------------------------------------------------
+# alerts
+
+
+@click.command("alerts")
+@_db_option
+@click.option(
+    "--rules",
+    "rules_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="A TOML file of [[rule]] tables (docs/metrics.md, Alerts); default: the built-in rules.",
+)
+@click.option(
+    "--at",
+    "at",
+    default=None,
+    metavar="TIME",
+    help="Evaluate as of this ISO 8601 time, or `now` (wall clock); default: the latest call stored.",
+)
+@click.option("--all", "show_all", is_flag=True, help="List every rule, not only firing ones.")
+@confirmation_ttl_option
+@_clickhouse_option
+@_json_option
+def alerts_command(
+    database: str,
+    rules_file: Path | None,
+    at: str | None,
+    show_all: bool,
+    confirmation_ttl: float,
+    clickhouse_url: str | None,
+    as_json: bool,
+) -> None:
+    """Evaluate alert rules; print the firing ones and exit 1 when any fires, so cron can page.
+
+    \b
+    Examples:
+      callgate alerts --db callgate.duckdb
+      callgate alerts --rules alerts.toml --at now --json
+      */5 * * * * callgate alerts --db /var/lib/callgate.duckdb || page-oncall
+
+    Exit codes: 0 no rule fires, 1 a rule fires, 2 the rules or the database could not be read.
+    """
+    try:
+        rules = alerts.load_rules(rules_file) if rules_file else alerts.DEFAULT_RULES
+    except alerts.RulesError as exc:
+        click.echo(f"error: {exc}", err=True)
+        raise click.exceptions.Exit(2) from exc
+    now = datetime.now(UTC).replace(tzinfo=None) if at == "now" else _time(at)
+    try:
+        with _source(database, clickhouse_url) as source:
+            results = alerts.evaluate(
+                source, rules, now=now, confirmation_ttl=timedelta(seconds=confirmation_ttl)
+            )
+    except click.ClickException as exc:
+        click.echo(f"error: {exc.message}", err=True)
+        raise click.exceptions.Exit(2) from exc
+    firing = [r for r in results if r.firing]
+    if as_json:
+        echo_json([{**asdict_result(r), "rule": r.rule.model_dump()} for r in results])
+    else:
+        print_alerts(results if show_all else firing, console(), checked=len(results))
+    if firing:
+        raise click.exceptions.Exit(1)
+
+
 @click.group("analytics")
 def analytics_cli() -> None:
     """callgate analytics: load span files, report metrics, rebuild traces, export."""
 
 
-for _command in (load_command, report_command, trace_command, export_command):
+for _command in (load_command, report_command, trace_command, export_command, alerts_command):
     analytics_cli.add_command(_command)
 
 if __name__ == "__main__":  # pragma: no cover

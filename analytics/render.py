@@ -20,16 +20,20 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
+from .alerts import AlertResult
 from .load import LoadReport
 from .reconstruct import CallSummary, SpanNode, TraceView, to_jsonable
 from .scenario import ScenarioExport, dumps
 from .units import duration_ms
 
 __all__ = [
+    "alert_value",
+    "asdict_result",
     "calls_table",
     "console",
     "echo_json",
     "metric_table",
+    "print_alerts",
     "print_load",
     "print_report",
     "print_scenario",
@@ -264,3 +268,55 @@ def print_scenario(found: ScenarioExport, path: Path, as_json: bool) -> None:
         )
     if len(found.skipped) > 20:
         click.echo(f"  ... and {len(found.skipped) - 20} more (--json lists them all)")
+
+
+def asdict_result(result: AlertResult) -> dict[str, Any]:
+    """An evaluated rule as plain data (for ``--json`` and the dashboard)."""
+    return {
+        "name": result.rule.name,
+        "condition": result.rule.describe(),
+        "value": result.value,
+        "previous": result.previous,
+        "change": result.change,
+        "calls": result.calls,
+        "firing": result.firing,
+        "now": result.now,
+    }
+
+
+def alert_value(value: float | None, metric: str) -> str:
+    """An alert metric's value as people read it: rates in %, durations in ms, counts."""
+    if value is None:
+        return "-"
+    if metric.endswith("_rate"):
+        return f"{value:.1%}"
+    return duration_ms(value) if metric.endswith("_ms") else f"{value:,.6g}"
+
+
+def print_alerts(results: Sequence[AlertResult], out: Console, *, checked: int) -> None:
+    """Firing (or all) rules: name, condition, value now, over the previous window, calls."""
+    firing = sum(r.firing for r in results)
+    when = _cell(results[0].now) if results else "-"
+    if not results:
+        out.print(Text(f"no rule fires ({checked} checked)"))
+        return
+    table = Table(
+        title=Text(f"alerts as of {when}: {firing} of {checked} firing"), title_justify="left"
+    )
+    for name in ("state", "rule", "condition", "value", "previous window", "calls"):
+        table.add_column(name, overflow="fold")
+    for r in results:
+        table.add_row(
+            *(
+                Text(cell)
+                for cell in (
+                    "FIRING" if r.firing else "ok",
+                    r.rule.name,
+                    r.rule.describe(),
+                    alert_value(r.value, r.rule.metric),
+                    alert_value(r.previous, r.rule.metric),
+                    f"{r.calls:,}",
+                )
+            )
+        )
+    out.print(table)

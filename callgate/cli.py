@@ -7,7 +7,13 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from analytics.cli import export_command, load_command, report_command, trace_command
+from analytics.cli import (
+    alerts_command,
+    export_command,
+    load_command,
+    report_command,
+    trace_command,
+)
 from callgate.approvals import approvals
 from callgate.codes import codes_command
 from callgate.evaluation.cli import eval_command
@@ -31,6 +37,7 @@ for command in (
     load_command,
     report_command,
     trace_command,
+    alerts_command,
     export_command,
     dashboard,
     verify_command,

@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from analytics import database
+from analytics.alerts import RulesError, load_rules
 from analytics.options import confirmation_ttl_option
 
 from .server import PortInUseError, check_port, free_port, start_server, stop
@@ -46,6 +47,13 @@ DEFAULT_DB = database.DEFAULT_DB
     help="Auto-refresh interval in seconds the page starts with; 0 starts with it off.",
 )
 @confirmation_ttl_option
+@click.option(
+    "--alerts",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Alert rules file (as `callgate alerts --rules`); the Overview shows the firing ones "
+    "and marks tiles over a threshold. Default: the built-in rules.",
+)
 def dashboard(
     db: Path | None,
     clickhouse: str | None,
@@ -53,12 +61,18 @@ def dashboard(
     port: int,
     refresh: int,
     confirmation_ttl: float,
+    alerts: Path | None,
 ) -> None:
     """Serve the dashboard SREs watch: calls, rejections, recovery, confirmations, latency, traces."""
     if db is not None and clickhouse is not None:
         raise click.UsageError("give one of --db FILE or --clickhouse URL, not both")
     if clickhouse is None and db is None:
         db = Path(os.environ.get("CALLGATE_DB") or DEFAULT_DB)
+    if alerts is not None:
+        try:
+            load_rules(alerts)
+        except RulesError as exc:
+            raise click.ClickException(str(exc)) from exc
     if db is not None and not db.exists():
         click.echo(f"note: {db} does not exist yet; the dashboard waits for `callgate load`.")
     try:
@@ -71,6 +85,7 @@ def dashboard(
         clickhouse=clickhouse,
         refresh_seconds=refresh,
         confirmation_ttl_seconds=confirmation_ttl,
+        alerts=str(alerts) if alerts else None,
     )
     click.echo(f"callgate dashboard on http://{host}:{port}  ({settings.describe()})")
     process = start_server(
@@ -80,6 +95,7 @@ def dashboard(
         port=port,
         refresh_seconds=refresh,
         confirmation_ttl_seconds=confirmation_ttl,
+        alerts=alerts,
     )
     code = serve_until_stopped(process)
     if code not in (0, -signal.SIGTERM, -signal.SIGINT):

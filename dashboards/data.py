@@ -8,13 +8,14 @@ pages format and draw what these return.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TypeVar
 
-from analytics import advisories, call_latency, gates, metrics, reconstruct, shadow
+from analytics import advisories, alerts, call_latency, gates, metrics, reconstruct, shadow
 from analytics.advisories import WarningCount
+from analytics.alerts import DEFAULT_RULES, AlertResult, Rule
 from analytics.call_latency import CallLatency
 from analytics.gates import CodeKind, GateRates, PendingApprovals
 from analytics.metrics import (
@@ -55,6 +56,7 @@ __all__ = [
     "lookup",
     "loops",
     "overview",
+    "previous_window",
     "recovery",
     "rejections",
     "taint_source",
@@ -126,21 +128,50 @@ class OverviewData:
     """Per tool: model errors, policy refusals, human gates, upstream failures."""
     pending: PendingApprovals
     """Approvals still waiting for a human (``open``) and those that lapsed unanswered."""
+    previous: Headline | None = None
+    """The same numbers over the window of the same length just before (None: "All time", or
+    nothing then): the tiles' deltas."""
+    alerts: tuple[AlertResult, ...] = ()
+    """Every alert rule evaluated as ``callgate alerts`` does (firing ones first)."""
 
 
 def overview(
-    source: Source, filters: Filters, bucket: timedelta, *, confirmation_ttl: timedelta
+    source: Source,
+    filters: Filters,
+    bucket: timedelta,
+    *,
+    confirmation_ttl: timedelta,
+    rules: Sequence[Rule] = DEFAULT_RULES,
+    last: datetime | None = None,
 ) -> OverviewData | None:
-    """The Overview's numbers; None when no call matches the filters."""
+    """The Overview's numbers; None when no call matches the filters.
+
+    ``last`` is the latest call in the source: the end of a window that has no end of its own,
+    from which the previous window of the same length is found.
+    """
     points = _headlines(source, filters, None)
     if not points:
         return None
+    earlier = previous_window(filters, last)
+    before = _headlines(source, earlier, None) if earlier is not None else []
     return OverviewData(
         headline=points[0].headline,
         trend=_headlines(source, filters, bucket),
         tools=gates.gate_rates(source, filters, by="tool"),
         pending=gates.pending_approvals(source, filters, ttl=confirmation_ttl),
+        previous=before[0].headline if before else None,
+        alerts=tuple(alerts.evaluate(source, rules, confirmation_ttl=confirmation_ttl)),
     )
+
+
+def previous_window(filters: Filters, last: datetime | None) -> Filters | None:
+    """The window of the same length ending where ``filters``' starts; None without a start."""
+    if filters.start is None:
+        return None
+    end = filters.end or (last + timedelta(microseconds=1) if last is not None else None)
+    if end is None or end <= filters.start:
+        return None
+    return replace(filters, start=filters.start - (end - filters.start), end=filters.start)
 
 
 def headline(source: Source, filters: Filters) -> Headline | None:

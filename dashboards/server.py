@@ -96,6 +96,7 @@ def start_server(
     port: int = 8501,
     refresh_seconds: int = DEFAULT_REFRESH_SECONDS,
     confirmation_ttl_seconds: float = DEFAULT_CONFIRMATION_TTL_SECONDS,
+    alerts: str | os.PathLike[str] | None = None,
     output: IO[bytes] | int | None = None,
 ) -> subprocess.Popen[bytes]:
     """Start the dashboard on ``host:port`` reading ``db`` or ``clickhouse``; return the process.
@@ -108,6 +109,7 @@ def start_server(
         clickhouse=clickhouse,
         refresh_seconds=refresh_seconds,
         confirmation_ttl_seconds=confirmation_ttl_seconds,
+        alerts=str(Path(alerts).absolute()) if alerts is not None else None,
     )
     env = {**os.environ, **settings.to_env()}
     return subprocess.Popen(

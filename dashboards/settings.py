@@ -10,11 +10,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from urllib.parse import urlsplit, urlunsplit
 
 from analytics.confirmations import DEFAULT_CONFIRMATION_TTL
+from analytics.urls import without_password
 
 __all__ = [
+    "ALERTS_ENV",
     "CLICKHOUSE_ENV",
     "DB_ENV",
     "DEFAULT_CONFIRMATION_TTL_SECONDS",
@@ -29,6 +30,9 @@ CLICKHOUSE_ENV = "CALLGATE_DASHBOARD_CLICKHOUSE"
 """ClickHouse URL, e.g. ``http://user:password@host:8123/otel``."""
 REFRESH_ENV = "CALLGATE_DASHBOARD_REFRESH"
 """Default auto-refresh interval in seconds; 0 starts with auto-refresh off."""
+
+ALERTS_ENV = "CALLGATE_DASHBOARD_ALERTS"
+"""Path of an alert rules file (``callgate alerts --rules``); unset: the built-in rules."""
 
 TTL_ENV = "CALLGATE_DASHBOARD_CONFIRMATION_TTL"
 """Seconds a pending approval stays open in the deployment (``Policy.confirmation_ttl``)."""
@@ -50,6 +54,8 @@ class Settings:
     """Auto-refresh interval the sidebar starts with (0: off)."""
     confirmation_ttl_seconds: float = DEFAULT_CONFIRMATION_TTL_SECONDS
     """How long an approval stays open: "Pending approvals" counts only those younger."""
+    alerts: str | None = None
+    """Alert rules file (TOML, :func:`analytics.alerts.load_rules`); None: the built-in rules."""
 
     @property
     def confirmation_ttl(self) -> timedelta:
@@ -65,6 +71,7 @@ class Settings:
             clickhouse=environ.get(CLICKHOUSE_ENV, "").strip() or None,
             refresh_seconds=int(refresh) if refresh.isdigit() else DEFAULT_REFRESH_SECONDS,
             confirmation_ttl_seconds=_seconds(environ.get(TTL_ENV, "")),
+            alerts=environ.get(ALERTS_ENV, "").strip() or None,
         )
 
     def to_env(self) -> dict[str, str]:
@@ -77,12 +84,14 @@ class Settings:
             env[DB_ENV] = self.db
         if self.clickhouse:
             env[CLICKHOUSE_ENV] = self.clickhouse
+        if self.alerts:
+            env[ALERTS_ENV] = self.alerts
         return env
 
     def describe(self) -> str:
         """The source for people: the file, or the ClickHouse URL without its password."""
         if self.clickhouse:
-            return f"ClickHouse {_without_password(self.clickhouse)}"
+            return f"ClickHouse {without_password(self.clickhouse)}"
         if self.db:
             return f"DuckDB {self.db}"
         return "no source"
@@ -94,14 +103,3 @@ def _seconds(text: str) -> float:
     except ValueError:
         return DEFAULT_CONFIRMATION_TTL_SECONDS
     return value if value > 0 and value != float("inf") else DEFAULT_CONFIRMATION_TTL_SECONDS
-
-
-def _without_password(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    netloc = f"{parts.username}:***@{host}" if parts.username else host
-    return urlunsplit(parts._replace(netloc=netloc))

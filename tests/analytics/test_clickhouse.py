@@ -98,6 +98,8 @@ METRICS = [
     ("replays", {}),
     ("loop_guards", {}),
     ("confirmation_funnel", {}),
+    ("confirmation_funnel", {"ttl": timedelta(minutes=5)}),
+    ("rejection_examples", {"n": 2}),
     ("stage_latency", {}),
 ]
 
@@ -124,6 +126,25 @@ class TestSameNumbers:
         expected = function(duck, bucket=timedelta(minutes=15))
         assert len({r.bucket for r in expected}) > 1
         assert _normal(function(ch, bucket=timedelta(minutes=15))) == _normal(expected)
+
+    def test_alerts_match(self, engines):
+        """Every alert metric has the same value and verdict on both engines."""
+        from analytics import alerts
+
+        duck, ch = engines
+        rules = [
+            alerts.Rule(name=m, metric=m, window="1h", above=0, code="OK" if "code" in m else None)
+            for m in alerts.METRICS
+        ]
+        expected = [
+            (r.rule.name, r.value, r.previous, r.firing) for r in alerts.evaluate(duck, rules)
+        ]
+        got = [(r.rule.name, r.value, r.previous, r.firing) for r in alerts.evaluate(ch, rules)]
+        assert len(expected) == len(alerts.METRICS)
+        for (name, *values), (_, *theirs) in zip(expected, got, strict=True):
+            assert [
+                v if v is None or isinstance(v, bool) else pytest.approx(v) for v in values
+            ] == (theirs), name
 
     def test_stuck_sessions_match(self, engines):
         """The drill-down list is the same."""

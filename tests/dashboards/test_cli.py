@@ -70,6 +70,7 @@ class TestCommand:
                 "port": 8600,
                 "refresh_seconds": 10,
                 "confirmation_ttl_seconds": 900.0,
+                "alerts": None,
             }
         ]
         assert "does not exist yet" in result.output
