@@ -31,6 +31,7 @@ from .render import (
     calls_table,
     console,
     echo_json,
+    enumeration_lines,
     print_alerts,
     print_load,
     print_report,
@@ -370,7 +371,12 @@ def _print_lookup(
             f"no spans for {title}" if trace_id is not None else f"no calls for {title}"
         )
     title = f"{found.matched} {found.id}"
-    echo_json(list(found.calls)) if as_json else console().print(calls_table(title, found.calls))
+    if as_json:
+        echo_json(list(found.calls))
+        return
+    console().print(calls_table(title, found.calls))
+    for line in enumeration_lines(found.calls) if found.matched == "session" else []:
+        click.echo(f"warning: {line}")
 
 
 # ---------------------------------------------------------------------------------------------

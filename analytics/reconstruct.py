@@ -9,6 +9,7 @@ them: text) and the same ``calls`` relation the metrics use. Results are frozen 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from datetime import UTC, datetime
@@ -26,6 +27,7 @@ __all__ = [
     "TraceView",
     "calls_by_call_id",
     "calls_with_code",
+    "enumeration_runs",
     "lookup",
     "resolve_id",
     "session_calls",
@@ -104,6 +106,8 @@ class CallSummary:
     """Instruction-like text was found in that untrusted result."""
     injection_rule: str | None = None
     """The detector rule that matched."""
+    injection_excerpt: str | None = None
+    """The matched text with some context either side, masked (the evidence)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -310,6 +314,73 @@ def lookup(source: Source, query: str, *, columns: Sequence[str] = LOOKUP_ORDER)
         if found:
             return Lookup(calls=tuple(found), matched=matched, id=full)
     return Lookup()
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EnumerationRun:
+    """Consecutive calls of one tool, each refused, whose arguments differ only in one number
+    that moves a little each time (ORD-9085, ORD-9086, ...): somebody probing for ids."""
+
+    tool: str | None
+    code: str | None
+    calls: tuple[CallSummary, ...]
+
+    @property
+    def first(self) -> str:
+        """The first call's masked arguments."""
+        return self.calls[0].arguments or ""
+
+    @property
+    def last(self) -> str:
+        """The last call's masked arguments."""
+        return self.calls[-1].arguments or ""
+
+
+ENUMERATION_CODES: tuple[str, ...] = ("NOT_FOUND",)
+"""Codes whose runs on neighbouring ids are flagged: the answer a missing or foreign id gets."""
+
+_NUMBER = re.compile(r"\d+")
+
+
+def enumeration_runs(
+    calls: Sequence[CallSummary],
+    *,
+    codes: Sequence[str] = ENUMERATION_CODES,
+    min_run: int = 3,
+    max_step: int = 10,
+) -> list[EnumerationRun]:
+    """Runs of at least ``min_run`` consecutive calls ending with one of ``codes`` on neighbouring
+    ids: same tool and code, masked arguments equal but for one number that changed by 1 to
+    ``max_step``. ``calls`` in session order (:func:`session_calls`)."""
+    runs: list[EnumerationRun] = []
+    current: list[CallSummary] = []
+    for call in calls:
+        if call.code in codes and current and _neighbours(current[-1], call, max_step):
+            current.append(call)
+            continue
+        if len(current) >= min_run:
+            runs.append(
+                EnumerationRun(tool=current[0].tool, code=current[0].code, calls=tuple(current))
+            )
+        current = [call] if call.code in codes else []
+    if len(current) >= min_run:
+        runs.append(
+            EnumerationRun(tool=current[0].tool, code=current[0].code, calls=tuple(current))
+        )
+    return runs
+
+
+def _neighbours(a: CallSummary, b: CallSummary, max_step: int) -> bool:
+    if (a.tool, a.code) != (b.tool, b.code) or not a.arguments or not b.arguments:
+        return False
+    if _NUMBER.split(a.arguments) != _NUMBER.split(b.arguments):
+        return False  # something besides a number changed
+    moved = [
+        abs(int(x) - int(y))
+        for x, y in zip(_NUMBER.findall(a.arguments), _NUMBER.findall(b.arguments), strict=True)
+        if x != y
+    ]
+    return len(moved) == 1 and 0 < moved[0] <= max_step
 
 
 _SPAN_COLUMNS = ", ".join(

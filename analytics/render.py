@@ -22,7 +22,7 @@ from rich.tree import Tree
 
 from .alerts import AlertResult
 from .load import LoadReport
-from .reconstruct import CallSummary, SpanNode, TraceView, to_jsonable
+from .reconstruct import CallSummary, SpanNode, TraceView, enumeration_runs, to_jsonable
 from .scenario import ScenarioExport, dumps
 from .units import duration_ms
 
@@ -32,6 +32,7 @@ __all__ = [
     "calls_table",
     "console",
     "echo_json",
+    "enumeration_lines",
     "metric_table",
     "print_alerts",
     "print_load",
@@ -185,12 +186,23 @@ def _summary_row(c: CallSummary) -> list[Text]:
         _cell(c.call_id),
         approval,
         _cell(c.attempts),
+        _cell(c.arguments),
         c.trace_id,
     ]
     return [Text(cell) for cell in cells]
 
 
-_CALL_COLUMNS = ("start", "step", "tool", "code", "replayed", "call id", "approval", "attempts")
+_CALL_COLUMNS = (
+    "start",
+    "step",
+    "tool",
+    "code",
+    "replayed",
+    "call id",
+    "approval",
+    "attempts",
+    "arguments (masked)",
+)
 
 
 def calls_table(title: str, calls: Sequence[CallSummary]) -> Table:
@@ -216,6 +228,8 @@ def _call_lines(c: CallSummary) -> list[str]:
         lines.append(f"  message to the model: {c.message}")
     if c.untrusted:
         lines.append("  " + _taint_flags(c))
+    if c.injection_excerpt:
+        lines.append(f"  the text that matched (masked): {c.injection_excerpt}")
     return lines
 
 
@@ -247,6 +261,11 @@ def print_trace(view: TraceView, *, open_with: str = "") -> None:
                 f"tainted by: call {_cell(t.call_id)} ({_cell(t.tool)}, step {_cell(t.step)}, "
                 f"{_cell(t.start_time)}): {_taint_flags(t)}\n"
                 f"  open it: callgate trace {t.trace_id} {open_with}".rstrip()
+                + (
+                    f"\n  the text that matched (masked): {t.injection_excerpt}"
+                    if t.injection_excerpt
+                    else ""
+                )
             )
         )
     if view.approvals:
@@ -320,3 +339,13 @@ def print_alerts(results: Sequence[AlertResult], out: Console, *, checked: int) 
             )
         )
     out.print(table)
+
+
+def enumeration_lines(calls: Sequence[CallSummary]) -> list[str]:
+    """One warning per run of refused calls on neighbouring ids in ``calls`` (a session)."""
+    return [
+        f"possible id enumeration: {len(run.calls)} {run.code} calls of {run.tool} in a row "
+        f"(steps {_cell(run.calls[0].step)}-{_cell(run.calls[-1].step)}) on neighbouring ids, "
+        f"from {run.first} to {run.last}"
+        for run in enumeration_runs(calls)
+    ]

@@ -44,7 +44,7 @@ __all__ = [
     "column_name",
 ]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """Bumped when a table changes shape; stored in ``meta`` so an old database is recognised."""
 
 

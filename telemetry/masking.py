@@ -27,12 +27,15 @@ from typing import Any
 
 __all__ = [
     "DETECTORS",
+    "EXCERPT_CONTEXT",
     "INJECTION_RULES",
     "Detector",
+    "InjectionMatch",
     "InjectionRule",
     "MaskMode",
     "Masker",
     "detect_injection",
+    "find_injection",
     "luhn_valid",
 ]
 
@@ -78,7 +81,10 @@ _IBAN_REGISTRY = (
     "NL18 NO15 PK24 PL28 PS29 PT25 QA29 RO24 RS22 SA24 SC31 SE24 SI19 SK24 SM27 ST25 SV28 TL23 "
     "TN24 TR26 UA29 VA22 VG24 XK20"
 )
-_IBAN_LENGTHS = {_IBAN_REGISTRY[i : i + 2]: int(_IBAN_REGISTRY[i + 2 : i + 4]) for i in range(0, len(_IBAN_REGISTRY), 5)}
+_IBAN_LENGTHS = {
+    _IBAN_REGISTRY[i : i + 2]: int(_IBAN_REGISTRY[i + 2 : i + 4])
+    for i in range(0, len(_IBAN_REGISTRY), 5)
+}
 """IBAN length by country (ISO 13616 registry): a candidate is checked at exactly that length."""
 
 
@@ -218,14 +224,46 @@ INJECTION_RULES: tuple[InjectionRule, ...] = (
 """The built-in injection rules, in the order they are tried."""
 
 
-def detect_injection(texts: Iterable[str], rules: Iterable[InjectionRule] = INJECTION_RULES) -> str | None:
-    """The name of the first rule that matches any of ``texts``; None when all look like plain data."""
+EXCERPT_CONTEXT = 60
+"""Characters kept either side of a matched rule in ``guard.injection.excerpt``."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class InjectionMatch:
+    """Where a rule matched: the rule, the text it matched in, and the span of the match."""
+
+    rule: str
+    text: str
+    start: int
+    end: int
+
+    def excerpt(self, context: int = EXCERPT_CONTEXT) -> str:
+        """The match with up to ``context`` characters either side, ``…`` where text was cut."""
+        lo, hi = max(self.start - context, 0), min(self.end + context, len(self.text))
+        return ("…" if lo else "") + self.text[lo:hi] + ("…" if hi < len(self.text) else "")
+
+
+def find_injection(
+    texts: Iterable[str], rules: Iterable[InjectionRule] = INJECTION_RULES
+) -> InjectionMatch | None:
+    """The first rule that matches any of ``texts``, with where; None when all look like data."""
     rules = tuple(rules)
     for text in texts:
         for rule in rules:
-            if rule.pattern.search(text):
-                return rule.name
+            found = rule.pattern.search(text)
+            if found:
+                return InjectionMatch(
+                    rule=rule.name, text=text, start=found.start(), end=found.end()
+                )
     return None
+
+
+def detect_injection(
+    texts: Iterable[str], rules: Iterable[InjectionRule] = INJECTION_RULES
+) -> str | None:
+    """The name of the first rule that matches any of ``texts``; None when all look like plain data."""
+    found = find_injection(texts, rules)
+    return found.rule if found is not None else None
 
 
 SCAN_LIMIT = 4096
@@ -274,9 +312,7 @@ def _sensitive_pattern(names: frozenset[str]) -> re.Pattern[str]:
     pattern = _sensitive_patterns.get(names)
     if pattern is None:
         keys = "|".join(re.escape(name) for name in sorted(names))
-        pattern = re.compile(
-            r'("(?:' + keys + r')"\s*:\s*)(?:"(?:[^"\\]|\\.)*(?:"|\\?$)|[^,}\]]+)'
-        )
+        pattern = re.compile(r'("(?:' + keys + r')"\s*:\s*)(?:"(?:[^"\\]|\\.)*(?:"|\\?$)|[^,}\]]+)')
         if len(_sensitive_patterns) < 256:
             _sensitive_patterns[names] = pattern
     return pattern
@@ -399,11 +435,15 @@ class Masker:
         """A JSON-like value with sensitive fields masked whole and detected values masked inside."""
         return self._mask_value(value, sensitive, [self.max_length + _SCAN_MARGIN])
 
-    def _mask_value(self, value: Any, sensitive: frozenset[str] | set[str], budget: list[int]) -> Any:
+    def _mask_value(
+        self, value: Any, sensitive: frozenset[str] | set[str], budget: list[int]
+    ) -> Any:
         """``budget`` is what is left to show: past it, strings are cut (the rendering is capped)."""
         if isinstance(value, str):
             if len(value) > budget[0]:
-                value = value[: _last_boundary(value[: max(budget[0], 0)])] + f"…[+{len(value)} chars]"
+                value = (
+                    value[: _last_boundary(value[: max(budget[0], 0)])] + f"…[+{len(value)} chars]"
+                )
             budget[0] -= len(value) + 3
             return self.mask_text(value)
         if isinstance(value, bool) or value is None:
@@ -467,6 +507,9 @@ class Masker:
     def json(self, value: Any, sensitive: frozenset[str] | set[str] = frozenset()) -> str:
         """``mask_value`` rendered as compact JSON and capped."""
         rendered = json.dumps(
-            self.mask_value(value, sensitive), separators=(",", ":"), ensure_ascii=False, default=str
+            self.mask_value(value, sensitive),
+            separators=(",", ":"),
+            ensure_ascii=False,
+            default=str,
         )
         return self.cap(rendered)

@@ -17,7 +17,7 @@ from guard.codes import Code
 from guard.result import ToolResult
 from telemetry import attributes as attr
 from telemetry.encoder import encode_shaped, encode_span
-from telemetry.masking import Masker, detect_injection
+from telemetry.masking import EXCERPT_CONTEXT, InjectionMatch, Masker, find_injection
 from telemetry.records import (
     STATUS_ERROR,
     STATUS_UNSET,
@@ -292,10 +292,11 @@ def call_attributes(
             (attr.INVALID_FIELDS, [masker.text(problem.path) for problem in call.problems])
         )
     if call.untrusted_text:
-        rule = detect_injection(call.untrusted_text)
-        items.append((attr.INJECTION_DETECTED, rule is not None))
-        if rule is not None:
-            items.append((attr.INJECTION_RULE, rule))
+        found = find_injection(call.untrusted_text)
+        items.append((attr.INJECTION_DETECTED, found is not None))
+        if found is not None:
+            items.append((attr.INJECTION_RULE, found.rule))
+            items.append((attr.INJECTION_EXCERPT, _excerpt(found, masker)))
     if capture_content:
         data: Any = call.result_data if call.result_data is not None else result.data
         if data is not None:
@@ -304,3 +305,28 @@ def call_attributes(
         items.append((attr.TEXT_REPLACED, True))
         tool_name = encodable(tool_name)
     return tool_name, items
+
+
+EXCERPT_LIMIT = 200
+"""Characters of ``guard.injection.excerpt`` at most (docs/telemetry.md)."""
+
+
+def _excerpt(found: InjectionMatch, masker: Masker) -> str:
+    """The evidence a responder reads. A wide window around the match, cut at whitespace, is
+    masked before the excerpt is cut from it: a value cut first (half a card number) could slip
+    past the detectors, and the window keeps masking's cost and length cap out of the way. Only
+    runs when a rule matched."""
+    text, margin = found.text, 4 * EXCERPT_CONTEXT
+    lo = max(found.start - margin, 0)
+    while lo > 0 and not text[lo - 1].isspace():
+        lo -= 1
+    hi = min(found.end + margin, len(text))
+    while hi < len(text) and not text[hi].isspace():
+        hi += 1
+    masked = ("…" if lo else "") + masker.text(text[lo:hi]) + ("…" if hi < len(text) else "")
+    again = find_injection([masked])
+    if again is not None:
+        excerpt = again.excerpt()
+    else:  # masking changed the matched words: show where the window starts
+        excerpt = masked[:EXCERPT_LIMIT]
+    return excerpt if len(excerpt) <= EXCERPT_LIMIT else excerpt[: EXCERPT_LIMIT - 1] + "…"

@@ -13,6 +13,7 @@ from typing import Any
 import streamlit as st
 
 from analytics import reconstruct
+from analytics.render import enumeration_lines
 from telemetry import attributes as A
 
 from .. import charts, data, fmt, safe
@@ -48,6 +49,9 @@ def render(ctx: PageContext) -> None:
         _trace(ctx, found.trace)
         return
     st.markdown(f"**{len(found.calls)}** call(s) in {found.matched} {safe.text(found.id)}")
+    if found.matched == "session":
+        for line in enumeration_lines(found.calls):
+            st.warning(safe.text(line))
     _call_table(found.calls)
     labels = {_label(c): c.trace_id for c in found.calls}
     picked = st.selectbox("Open a call", list(labels), key="trace_pick")
@@ -82,6 +86,7 @@ def _call_table(calls: tuple[reconstruct.CallSummary, ...]) -> None:
                 "stage": c.rejected_stage or "",
                 "replayed": bool(c.replayed),
                 "approval": c.approval_outcome or "",
+                "arguments (masked)": c.arguments or "",
                 "took": fmt.ms(c.duration_ms),
             }
             for c in calls
@@ -156,6 +161,7 @@ def _why(ctx: PageContext, view: reconstruct.TraceView, call: reconstruct.CallSu
             + _injection(attributes.get(A.INJECTION_DETECTED), attributes.get(A.INJECTION_RULE))
             + f". Later writes in session {safe.text(call.session)} wait for a human."
         )
+        _evidence(attributes.get(A.INJECTION_EXCERPT))
     held = any(c.code == data.TAINTED_CONTEXT for c in (*view.calls, *view.approvals))
     if not held:
         return
@@ -173,9 +179,17 @@ def _why(ctx: PageContext, view: reconstruct.TraceView, call: reconstruct.CallSu
         + _injection(source.injection_detected, source.injection_rule)
         + f". [Open the call that tainted the session](<{trace_link(trace=source.trace_id)}>)"
     )
+    _evidence(source.injection_excerpt)
     if source.message:
         st.caption("What the model was told for that call:")
         st.code(source.message, language=None, wrap_lines=True)
+
+
+def _evidence(excerpt: object) -> None:
+    """The text the injection rule matched, masked and cut (``guard.injection.excerpt``)."""
+    if excerpt:
+        st.caption("The text that matched (masked, cut around the match):")
+        st.code(str(excerpt), language=None, wrap_lines=True)
 
 
 def _injection(detected: object, rule: object) -> str:

@@ -1,0 +1,95 @@
+"""The evidence a responder needs, from a real guard run: masked arguments per call, the flagged
+id enumeration, and the text an injection rule matched, in `callgate trace` and the dashboard."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from streamlit.testing.v1 import AppTest
+
+import telemetry
+from analytics.cli import trace_command
+from analytics.load import connect, load
+from guard.shop import build_shop
+
+KEY = "evidence-test-key"
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One session that probes twelve neighbouring order ids, then reads the poisoned policy."""
+    tmp = tmp_path_factory.mktemp("evidence")
+    trail = telemetry.configure(
+        service_name="evidence", trail_dir=tmp / "trail", masking_key=KEY, mask_logs=False
+    )
+    shop = build_shop(observer=trail.observer)
+    session = shop.session("probe", "CUS-1")
+    for n in range(9085, 9097):
+        session.execute("get_order", json.dumps({"order_id": f"ORD-{n}"}))
+    session.execute("search_refund_policy", json.dumps({"query": "refund in full"}))
+    trail.shutdown()
+    database = tmp / "evidence.duckdb"
+    con = connect(database)
+    try:
+        load(con, [tmp / "trail"])
+    finally:
+        con.close()
+    return database
+
+
+def _session_id(db: Path) -> str:
+    con = connect(db, read_only=True)
+    try:
+        row = con.execute("SELECT session FROM calls LIMIT 1").fetchone()
+    finally:
+        con.close()
+    assert row is not None
+    return str(row[0])
+
+
+class TestSessionView:
+    def test_arguments_and_the_enumeration_flag(self, db: Path) -> None:
+        """Each row shows its masked arguments, and the run of NOT_FOUND is flagged once."""
+        result = CliRunner().invoke(
+            trace_command, ["--session", _session_id(db), "--db", str(db)], terminal_width=250
+        )
+        assert result.exit_code == 0, result.output
+        assert "arguments (masked)" in result.output and "ORD-9090" in result.output
+        [flag] = [line for line in result.output.splitlines() if "possible id enumeration" in line]
+        assert (
+            "12 NOT_FOUND calls of get_order" in flag and "ORD-9085" in flag and "ORD-9096" in flag
+        )
+
+    def test_the_dashboard_flags_it_too(self, db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """The Trace explorer's session view carries the same warning and an arguments column."""
+        from tests.dashboards.conftest import make_app
+
+        app: AppTest = make_app(monkeypatch, db)
+        app.query_params["page"] = "trace"
+        app.query_params["session"] = _session_id(db)
+        app.run()
+        assert not app.exception, app.exception
+        assert any("12 NOT_FOUND calls of get_order" in str(w.value) for w in app.warning)
+        assert "arguments (masked)" in app.dataframe[0].value.columns
+
+
+class TestInjectionEvidence:
+    def test_trace_shows_the_matched_text(self, db: Path) -> None:
+        """The poisoned policy's trace prints the text that matched, masked and cut."""
+        con = connect(db, read_only=True)
+        try:
+            row = con.execute(
+                "SELECT trace_id FROM calls WHERE tool = 'search_refund_policy'"
+            ).fetchone()
+        finally:
+            con.close()
+        assert row is not None
+        result = CliRunner().invoke(
+            trace_command, [str(row[0]), "--db", str(db)], terminal_width=250
+        )
+        assert result.exit_code == 0, result.output
+        [line] = [x for x in result.output.splitlines() if "the text that matched" in x]
+        assert "ignore previous instructions" in line.lower()
