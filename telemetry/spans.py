@@ -325,8 +325,6 @@ def _excerpt(found: InjectionMatch, masker: Masker) -> str:
         hi += 1
     masked = ("…" if lo else "") + masker.text(text[lo:hi]) + ("…" if hi < len(text) else "")
     again = find_injection([masked])
-    if again is not None:
-        excerpt = again.excerpt()
-    else:  # masking changed the matched words: show where the window starts
-        excerpt = masked[:EXCERPT_LIMIT]
+    # When masking changed the matched words, show where the window starts.
+    excerpt = again.excerpt() if again is not None else masked[:EXCERPT_LIMIT]
     return excerpt if len(excerpt) <= EXCERPT_LIMIT else excerpt[: EXCERPT_LIMIT - 1] + "…"
