@@ -117,7 +117,19 @@ class Problem:
     reason: str
 
     def __str__(self) -> str:
-        return f"{self.path}:{self.line}: {self.reason}"
+        # A file name is the one thing here an attacker chooses: a newline in it could print a
+        # line of its own (``verify: OK``), so control and bidi characters are shown escaped.
+        return _UNSAFE.sub(_escape, f"{self.path}:{self.line}: {self.reason}")
+
+
+_UNSAFE = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
+)
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 @dataclass(slots=True)

@@ -385,3 +385,17 @@ class TestCommand:
         monkeypatch.setenv("CALLGATE_MASKING_KEY", KEY.decode())
         keyed = runner.invoke(main, ["verify", str(trail_dir)])
         assert "every line was written, in this order, by a holder of the key" in keyed.output
+
+    def test_hostile_file_names_print_on_one_line(
+        self, trail_dir: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A file named with a newline, a bidi override or undecodable bytes cannot print a line
+        of its own (a fake `verify: OK`): control characters come out escaped."""
+        genuine(trail_dir, 1)
+        name = os.fsdecode(b"x\nverify: OK\xe2\x80\xae\xff.jsonl")
+        (trail_dir / name).write_bytes(payload(1) + b"\n")
+        monkeypatch.setenv("CALLGATE_MASKING_KEY", KEY.decode())
+        result = CliRunner().invoke(main, ["verify", str(trail_dir)])
+        assert result.exit_code == 1
+        assert "\nverify: OK" not in result.output
+        assert "x\\x0averify: OK\\u202e\\udcff.jsonl:1: no chain" in result.output
