@@ -235,6 +235,10 @@ class _Segment:
     last_mac: str
     problem: Problem | None = None
     """The segment's first problem: nothing after it in the segment counts."""
+    keyed: bool = False
+    """Some line of the segment is keyed."""
+    first_unkeyed: int | None = None
+    """The file line of its first unkeyed link: a problem if the chain holds keyed lines."""
 
 
 class _FileCheck:
@@ -309,7 +313,9 @@ class _FileCheck:
 
     def _add(self, number: int, link: _Link) -> None:
         segment = self._open.get(link.chain_id)
-        if segment is None or self._segments[-1] is not segment:
+        if segment is not None and self._segments[-1] is segment:
+            self._extend(segment, number, link)
+        else:
             segment = _Segment(
                 path=self._path,
                 first=link,
@@ -321,25 +327,26 @@ class _FileCheck:
             self._open[link.chain_id] = segment
             if link.problem is not None:
                 segment.problem = Problem(self._path, number, link.problem)
-            return
+        # Whether a mode switch is a problem depends on the whole chain: noted, judged later.
+        segment.keyed |= link.mode == "k"
+        if link.mode == "h" and segment.first_unkeyed is None:
+            segment.first_unkeyed = number
+
+    def _extend(self, segment: _Segment, number: int, link: _Link) -> None:
+        """Check ``link`` follows the segment's last line."""
         if segment.problem is not None:
             return
-        reason = link.problem or _follows(
-            segment.first.mode, segment.last_seq, segment.last_mac, link
-        )
+        reason = link.problem or _follows(segment.last_seq, segment.last_mac, link)
         if reason is not None:
             segment.problem = Problem(self._path, number, reason)
             return
         segment.last_seq, segment.last_mac = link.seq, link.mac
 
 
-def _follows(mode: str, seq: int | None, prev: str, link: _Link) -> str | None:
-    """Why ``link`` cannot come next in a chain of ``mode`` whose last line is ``seq`` (None:
-    the chain has no line yet) with MAC ``prev``; None when it can."""
+def _follows(seq: int | None, prev: str, link: _Link) -> str | None:
+    """Why ``link`` cannot come next in a chain whose last line is ``seq`` (None: the chain has
+    no line yet) with MAC ``prev``; None when it can."""
     chain = link.chain_id
-    if link.mode != mode:
-        names = {"k": "keyed", "h": "unkeyed"}
-        return f"mixed: chain {chain} was {names[mode]} and line {link.seq} is {names[link.mode]}"
     expected = 1 if seq is None else seq + 1
     if link.seq > expected:
         return f"missing: chain {chain} skips lines {expected}-{link.seq - 1}"
@@ -360,19 +367,30 @@ def _stitch(segments: list[_Segment], report: ChainReport) -> None:
         by_chain.setdefault(segment.first.chain_id, []).append(segment)
     for chain_id, parts in by_chain.items():
         parts.sort(key=lambda s: s.first.seq)  # stable: ties stay in the order read
-        # A keyed line cannot be made without the key; an unkeyed one can be made by anyone.
-        # So in a chain that holds both, the unkeyed lines are the ones reported.
-        mode = "k" if any(s.first.mode == "k" for s in parts) else "h"
+        keyed = any(s.keyed for s in parts)
         seq: int | None = None
         prev = _ZERO
         for segment in parts:
-            at_first = segment.problem is not None and segment.problem.line == segment.first_line
-            reason = None if at_first else _follows(mode, seq, prev, segment.first)
-            problem = (
-                Problem(segment.path, segment.first_line, reason) if reason else segment.problem
-            )
+            problem = _first_problem(segment, keyed, seq, prev)
             if problem is not None:
                 report.problems.append(problem)
                 break
             seq, prev = segment.last_seq, segment.last_mac
             report.chains[chain_id] = seq
+
+
+def _first_problem(
+    segment: _Segment, keyed_chain: bool, seq: int | None, prev: str
+) -> Problem | None:
+    """The segment's first problem, given the chain's last line before it (``seq``, ``prev``)."""
+    found = [segment.problem] if segment.problem is not None else []
+    if keyed_chain and segment.first_unkeyed is not None:
+        # A keyed line cannot be made without the key; an unkeyed one can be made by anyone.
+        # So in a chain that holds both, the first unkeyed line is the first bad one.
+        mixed = f"mixed: chain {segment.first.chain_id} holds keyed lines and this one is unkeyed"
+        found.append(Problem(segment.path, segment.first_unkeyed, mixed))
+    early = min(found, key=lambda p: p.line) if found else None  # stable: the segment's first
+    if early is not None and early.line == segment.first_line:
+        return early
+    gap = _follows(seq, prev, segment.first)
+    return Problem(segment.path, segment.first_line, gap) if gap is not None else early

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from callgate.cli import main
@@ -155,22 +155,63 @@ def locate(files: list[list[bytes]], index: int) -> tuple[int, int]:
     raise AssertionError("past the end")
 
 
+_ATTACK = {
+    "lines": st.integers(2, 9),
+    "rotate": st.booleans(),
+    "target": st.integers(0, 50),
+}
+
+
+def attacks(moves: tuple[str, ...]) -> st.SearchStrategy[list[tuple[str, int, int]]]:
+    return st.lists(
+        st.tuples(st.sampled_from(moves), st.integers(0, 50), st.integers(0, 50)),
+        min_size=1,
+        max_size=3,
+    )
+
+
+def attack(
+    directory: Path, lines: int, rotate: bool, target: int, moves: list[tuple[str, int, int]]
+) -> tuple[list[Path], list[list[bytes]], list[list[bytes]]]:
+    """A keyed trail, then ``moves`` applied to one of its files: (paths, before, after)."""
+    writer = genuine(directory, lines, max_bytes=400 if rotate else 1 << 20)
+    paths = writer.files
+    old = [path.read_bytes().splitlines(keepends=True) for path in paths]
+    new = [list(file) for file in old]
+    which = target % len(paths)
+    before = next((file[-1] for file in reversed(new[:which]) if file), None)
+    # A torn line is the end of a file: tear last, once.
+    moves = sorted(moves, key=lambda m: m[0] == "torn")
+    moves = [m for i, m in enumerate(moves) if m[0] != "torn" or i == len(moves) - 1]
+    for move, at, to in moves:
+        new[which] = apply(move, new[which], before, at, to, writer.chain_id)
+    for path, file in zip(paths, new, strict=True):
+        path.write_bytes(b"".join(file))
+    return paths, old, new
+
+
+def assert_first_bad_line(
+    paths: list[Path], old: list[list[bytes]], new: list[list[bytes]], key: bytes | None
+) -> None:
+    """verify names the first line that differs from what the writer wrote, nothing before it."""
+    report = verify([paths[0].parent], key=key)
+    index = first_difference([x for f in old for x in f], [x for f in new for x in f])
+    if index is None:  # only the tail was cut: a shorter chain is a valid one
+        assert report.ok, report.problems
+        return
+    file_index, line = locate(new, index)
+    found = sorted((paths.index(p.path), p.line) for p in report.problems)
+    assert found, f"no problem found; first change at {paths[file_index]}:{line}"
+    assert found[0] == (file_index, line), report.problems
+
+
 class TestFirstBadLine:
-    """Whatever the forger does to a keyed trail, verify with the key names the first line that
-    differs from what the writer wrote, and nothing before it."""
+    """Whatever the forger does to a keyed trail, verify names the first line that differs from
+    what the writer wrote, and nothing before it."""
 
     @settings(max_examples=150, deadline=None)
-    @given(
-        lines=st.integers(2, 9),
-        rotate=st.booleans(),
-        target=st.integers(0, 50),
-        moves=st.lists(
-            st.tuples(st.sampled_from(_MOVES), st.integers(0, 50), st.integers(0, 50)),
-            min_size=1,
-            max_size=3,
-        ),
-    )
-    def test_any_forgery_is_named_at_its_first_line(
+    @given(moves=attacks(_MOVES), **_ATTACK)
+    def test_with_the_key(
         self,
         tmp_path_factory: pytest.TempPathFactory,
         lines: int,
@@ -180,31 +221,25 @@ class TestFirstBadLine:
     ) -> None:
         """Deletions, duplicates, swaps, moves, forged or unkeyed lines, re-chained suffixes,
         unchained lines, unkeyed continuations and torn lines, combined, on any file."""
-        directory = tmp_path_factory.mktemp("trail")
-        writer = genuine(directory, lines, max_bytes=400 if rotate else 1 << 20)
-        paths = writer.files
-        old = [path.read_bytes().splitlines(keepends=True) for path in paths]
-        new = [list(file) for file in old]
-        which = target % len(paths)
-        before = next((file[-1] for file in reversed(new[:which]) if file), None)
-        # A torn line is the end of a file: tear last, once.
-        moves = sorted(moves, key=lambda m: m[0] == "torn")
-        moves = [m for i, m in enumerate(moves) if m[0] != "torn" or i == len(moves) - 1]
-        for move, at, to in moves:
-            new[which] = apply(move, new[which], before, at, to, writer.chain_id)
-        for path, file in zip(paths, new, strict=True):
-            path.write_bytes(b"".join(file))
-        flat_old = [line for file in old for line in file]
-        flat_new = [line for file in new for line in file]
-        report = verify([directory], key=CHAIN_KEY)
-        index = first_difference(flat_old, flat_new)
-        if index is None:  # only the tail was cut: a shorter chain is a valid one
-            assert report.ok, report.problems
-            return
-        file_index, line = locate(new, index)
-        found = sorted((paths.index(p.path), p.line) for p in report.problems)
-        assert found, f"no problem found; first change at {paths[file_index]}:{line}"
-        assert found[0] == (file_index, line), report.problems
+        paths, old, new = attack(tmp_path_factory.mktemp("trail"), lines, rotate, target, moves)
+        assert_first_bad_line(paths, old, new, CHAIN_KEY)
+
+    @settings(max_examples=100, deadline=None)
+    @given(moves=attacks(tuple(m for m in _MOVES if not m.startswith("attacker"))), **_ATTACK)
+    def test_without_the_key(
+        self,
+        tmp_path_factory: pytest.TempPathFactory,
+        lines: int,
+        rotate: bool,
+        target: int,
+        moves: list[tuple[str, int, int]],
+    ) -> None:
+        """Without the key, the same holds for every forgery but a keyed MAC: unkeyed lines in a
+        chain that still holds keyed ones are named, wherever they are (before keyed ones too)."""
+        paths, old, new = attack(tmp_path_factory.mktemp("trail"), lines, rotate, target, moves)
+        links = [parse(line) for file in new for line in file]
+        assume(any(link is not None and link.mode == "k" for link in links))
+        assert_first_bad_line(paths, old, new, None)
 
 
 class TestWithTheKey:
