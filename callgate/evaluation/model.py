@@ -7,9 +7,9 @@ answers without a tool call or ``max_steps`` rounds have passed: the calls are t
 behind callgate would have made.
 
 One plain HTTPS POST per round with the standard library: the wire format is four fields, and no SDK
-call would make it more correct. The key (and any userinfo, sent as HTTP Basic credentials) goes only
-to the base URL's origin: a redirect is followed only when it stays on that origin and keeps the
-POST (307, 308); any other is an error naming where it pointed. Every URL in a message is
+call would make it more correct. The key (and any userinfo, sent as HTTP Basic credentials) goes
+only to the base URL's origin: a redirect is followed only when it stays on that origin and keeps
+the POST (307, 308); any other is an error naming where it pointed. Every URL in a message is
 redacted (``callgate.evaluation.redact``), so no credential reaches the output or the database.
 """
 
@@ -44,17 +44,23 @@ def tool_definitions(guard: Any, role: str) -> list[dict[str, Any]]:
     return openai_chat_tools([spec for spec in guard.registry.values() if spec.name in allowed])
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, repr=False)
 class ChatModel:
     """A model name at an OpenAI-compatible base URL (``http://127.0.0.1:8000/v1``)."""
 
     model: str
     base_url: str
+    """May carry credentials (userinfo, ``?api-key=``): they are never shown, repr included."""
     api_key: str | None = None
     system: str | None = None
     temperature: float | None = None
     timeout: float = 60.0
     max_steps: int = 8
+
+    def __repr__(self) -> str:
+        key = "***" if self.api_key else None
+        url = redact_url(self.base_url)
+        return f"ChatModel(model={self.model!r}, base_url={url!r}, api_key={key})"
 
     def converse(
         self,

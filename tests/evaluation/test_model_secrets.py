@@ -185,6 +185,12 @@ class TestCredentialsInTheURL:
             assert secret not in message
         assert shown.startswith("https://api.example/v1?api-version=2&")
 
+    def test_repr_shows_no_credential(self) -> None:
+        """A ChatModel in a log line or a traceback shows neither the key nor the URL's secrets."""
+        model = ChatModel(model="m", base_url="https://u:Zq-pw@h.example/v1?key=Zq-k", api_key=KEY)
+        text = repr(model)
+        assert "Zq-" not in text and KEY not in text and "h.example/v1?key=***" in text
+
     def test_same_origin(self) -> None:
         """Scheme, host and port (default ports included) make an origin."""
         assert same_origin("https://a.example/v1", "https://A.example:443/x")

@@ -243,7 +243,7 @@ class TestFirstBadLine:
 
 
 class TestWithTheKey:
-    """With the key, only lines made with it pass; --allow-unkeyed is the one way to accept others."""
+    """With the key, only lines made with it pass; --allow-unkeyed alone accepts others."""
 
     def test_unkeyed_continuation(self, trail_dir: Path) -> None:
         """Unkeyed lines continuing a keyed chain are reported at the first of them."""
@@ -372,7 +372,7 @@ class TestFiles:
         assert [(p.path, p.reason.split(":")[0]) for p in report.problems] == [(backup, "unkeyed")]
 
     def test_file_order_comes_from_the_chain(self, trail_dir: Path) -> None:
-        """Rotated files whose times were reset by a copy still verify: the numbers give the order."""
+        """Rotated files whose times a copy reset still verify: line numbers give the order."""
         writer = genuine(trail_dir, 8, max_bytes=400)
         for age, path in enumerate(reversed(writer.files)):
             os.utime(path, ns=(age * 10**9, age * 10**9))
@@ -396,7 +396,7 @@ class TestCommand:
     def test_unkeyed_lines_fail_then_are_accepted_on_request(
         self, trail_dir: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        """Exit 1 naming the file and --allow-unkeyed; exit 0 with the flag, saying what it proves."""
+        """Exit 1 naming the file and --allow-unkeyed; exit 0 with the flag, saying what holds."""
         genuine(trail_dir, 2)
         forged = genuine(trail_dir, 1, key=None, prefix="forged").files[0]
         monkeypatch.setenv("CALLGATE_MASKING_KEY", KEY.decode())
