@@ -110,6 +110,8 @@ def load_command(
     """Load span files (OTLP JSON lines, plain or gzip; files, directories) into the database."""
     if check_chain and keep_following:
         raise click.UsageError("--verify checks files once, before loading: not with --follow")
+    if allow_unkeyed and not check_chain:
+        raise click.UsageError("--allow-unkeyed only goes with --verify")
     try:
         if check_chain:
             _refuse_unverified(paths, allow_unkeyed)

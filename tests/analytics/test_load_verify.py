@@ -100,3 +100,10 @@ class TestLoadVerify:
         assert code == 2
         assert "not with --follow" in output
         assert spans_in(database) == 0
+
+    def test_allow_unkeyed_needs_verify(self, tmp_path: Path, span_file: Path) -> None:
+        """--allow-unkeyed alone would suggest a check that does not run: a usage error."""
+        database = tmp_path / "db.duckdb"
+        code, output = load(str(span_file), "--db", str(database), "--allow-unkeyed")
+        assert code == 2 and "only goes with --verify" in output
+        assert spans_in(database) == 0
