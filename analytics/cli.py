@@ -132,7 +132,7 @@ def _refuse_unverified(paths: Sequence[str], allow_unkeyed: bool) -> None:
 
     report = verify(paths, key=env_chain_key(), allow_unkeyed=allow_unkeyed)
     if not report.ok:
-        first = min(report.problems, key=lambda p: (str(p.path), p.line))
+        first = report.problems[0]
         others = len(report.problems) - 1
         more = f" and {others} more (run callgate verify)" if others else ""
         raise click.ClickException(f"not loaded: {first}{more}")

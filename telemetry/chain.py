@@ -149,6 +149,7 @@ class ChainReport:
     unchecked: int = 0
     """Keyed lines whose MAC could not be checked (no key given): links and order only."""
     problems: list[Problem] = field(default_factory=list)
+    """Sorted by file name, then line."""
 
     @property
     def ok(self) -> bool:
@@ -178,6 +179,7 @@ def verify(
         report.files += 1
         segments.extend(_FileCheck(path, key, allow_unkeyed, report).run())
     _stitch(segments, report)
+    report.problems.sort(key=lambda p: (str(p.path), p.line))  # a writer's files sort in its order
     return report
 
 

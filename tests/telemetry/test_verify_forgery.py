@@ -380,6 +380,26 @@ class TestFiles:
         assert report.ok, report.problems
         assert report.chains == {writer.chain_id: 8}
 
+    def test_a_file_copied_beside_itself(self, trail_dir: Path) -> None:
+        """A rotated file replayed under another name repeats its lines: a problem."""
+        writer = genuine(trail_dir, 8, max_bytes=400)
+        copy = trail_dir / "copy.jsonl"
+        copy.write_bytes(writer.files[1].read_bytes())
+        problems = verify([trail_dir], key=CHAIN_KEY).problems
+        assert [(p.path, p.line, p.reason.split(":")[0]) for p in problems] == [
+            (copy, 1, "reordered")
+        ]
+
+    def test_problems_are_listed_in_reading_order(self, trail_dir: Path) -> None:
+        """File-level and chain problems come out sorted by file name, then line."""
+        writer = genuine(trail_dir, 8, max_bytes=400)
+        last = writer.files[-1]
+        last.write_bytes(last.read_bytes() + payload(1) + b"\n")
+        first = writer.files[0].read_bytes().splitlines(keepends=True)
+        writer.files[0].write_bytes(b"".join([first[0], first[0], *first[1:]]))
+        problems = verify([trail_dir], key=CHAIN_KEY).problems
+        assert [(p.path, p.line) for p in problems] == [(writer.files[0], 2), (last, 2)]
+
     def test_a_file_deleted_between_others(self, trail_dir: Path) -> None:
         """A rotated file taken out is a gap at the first line of the file after it."""
         writer = genuine(trail_dir, 8, max_bytes=400)
