@@ -9,6 +9,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, unquote
 
 import duckdb
 import pytest
@@ -75,8 +76,7 @@ class TestRedirects:
         target: str,
         credential: str,
     ) -> None:
-        """Whatever the status and wherever it points, the second origin gets no request and the
-        error names the redirect without the credential."""
+        """Any 30x to another origin: it gets no request; the error names the redirect, no key."""
         api.requests.clear()
         elsewhere.requests.clear()
         port = api.url.split(":")[2].split("/")[0]
@@ -136,8 +136,7 @@ class TestCredentialsInTheURL:
     """Userinfo and key-like parameters of --base-url are used, and never shown."""
 
     def test_userinfo_is_basic_auth_and_the_query_stays(self) -> None:
-        """user:password@ becomes a Basic header; ?api-key= reaches the endpoint; the error
-        message shows neither."""
+        """user:pass@ is sent as Basic, ?api-key= reaches the endpoint; the error shows neither."""
         with serve(FakeOpenAI(script={}, fail_with=500)) as fake:
             base = with_userinfo(fake.url, "alice:pa%3Ass") + "?api-version=1&api-key=TOPSECRET"
             message = ask(base, None)
@@ -169,17 +168,14 @@ class TestCredentialsInTheURL:
     def test_redact_url_leaves_no_secret(
         self, user: str, password: str, value: str, name: str
     ) -> None:
-        """For any userinfo and key-like parameter value, the redacted URL, and a message that
-        quotes the URL as given, hold neither."""
-        from urllib.parse import quote
-
+        """Any userinfo and key-like value: absent from redact_url and from a scrubbed message."""
         user, password, value = "Zq" + user, "Zq" + password, "Zq" + value
         url = (
             f"https://{quote(user, safe='')}:{quote(password, safe='')}@api.example/v1"
             f"?api-version=2&{name}={quote(value, safe='')}"
         )
         shown = redact_url(url)
-        message = scrub(f"error for {url}: {unquote_all(url)}", url_secrets(url))
+        message = scrub(f"error for {url}: {unquote(url)}", url_secrets(url))
         for secret in {user, password, value, quote(user, safe=""), quote(value, safe="")}:
             assert secret not in shown
             assert secret not in message
@@ -199,20 +195,13 @@ class TestCredentialsInTheURL:
         assert not same_origin("http://a.example:1/", "http://a.example:2/")
 
 
-def unquote_all(url: str) -> str:
-    from urllib.parse import unquote
-
-    return unquote(url)
-
-
 class TestEvalCommand:
     """`callgate eval --model` keeps credentials out of its output and its DuckDB tables."""
 
     def test_no_secret_in_output_or_database(
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, elsewhere: FakeOpenAI
     ) -> None:
-        """A base URL with userinfo and ?api-key=, redirected elsewhere: no secret printed or
-        stored, nothing sent to the other server, the error recorded per case."""
+        """Credentials in the URL, a redirect elsewhere: none printed, stored or sent there."""
         elsewhere.requests.clear()
         monkeypatch.setenv("EVAL_KEY", KEY)
         cases = write(

@@ -219,8 +219,7 @@ class TestFirstBadLine:
         target: int,
         moves: list[tuple[str, int, int]],
     ) -> None:
-        """Deletions, duplicates, swaps, moves, forged or unkeyed lines, re-chained suffixes,
-        unchained lines, unkeyed continuations and torn lines, combined, on any file."""
+        """Any mix of moves (edits, splices, re-chains, mode switches) on any file, with the key."""
         paths, old, new = attack(tmp_path_factory.mktemp("trail"), lines, rotate, target, moves)
         assert_first_bad_line(paths, old, new, CHAIN_KEY)
 
@@ -234,8 +233,7 @@ class TestFirstBadLine:
         target: int,
         moves: list[tuple[str, int, int]],
     ) -> None:
-        """Without the key, the same holds for every forgery but a keyed MAC: unkeyed lines in a
-        chain that still holds keyed ones are named, wherever they are (before keyed ones too)."""
+        """Without the key too, for all but keyed MACs: unkeyed lines among keyed ones are named."""
         paths, old, new = attack(tmp_path_factory.mktemp("trail"), lines, rotate, target, moves)
         links = [parse(line) for file in new for line in file]
         assume(any(link is not None and link.mode == "k" for link in links))
@@ -444,8 +442,7 @@ class TestCommand:
     def test_hostile_file_names_print_on_one_line(
         self, trail_dir: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        """A file named with a newline, a bidi override or undecodable bytes cannot print a line
-        of its own (a fake `verify: OK`): control characters come out escaped."""
+        """A name with a newline, bidi override or bad bytes is escaped: no fake `verify: OK`."""
         genuine(trail_dir, 1)
         name = os.fsdecode(b"x\nverify: OK\xe2\x80\xae\xff.jsonl")
         (trail_dir / name).write_bytes(payload(1) + b"\n")
