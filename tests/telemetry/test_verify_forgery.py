@@ -240,6 +240,34 @@ class TestFirstBadLine:
         assert_first_bad_line(paths, old, new, None)
 
 
+class TestSplices:
+    """Lines of another genuine chain (same key) copied into a file are named where they land."""
+
+    @settings(max_examples=60, deadline=None)
+    @given(
+        lines=st.integers(1, 6),
+        start=st.integers(0, 5),
+        length=st.integers(1, 6),
+        at=st.integers(0, 6),
+    )
+    def test_copied_run_of_another_chain(
+        self, tmp_path_factory: pytest.TempPathFactory, lines: int, start: int, length: int, at: int
+    ) -> None:
+        """A run of B's lines copied into A's file: its first copied line is the one problem."""
+        directory = tmp_path_factory.mktemp("splice")
+        other = genuine(directory, 6, prefix="b").files[0]
+        target = genuine(directory, lines, prefix="a").files[0]
+        run = other.read_bytes().splitlines(keepends=True)[start % 6 :][:length]
+        mine = target.read_bytes().splitlines(keepends=True)
+        at %= len(mine) + 1
+        target.write_bytes(b"".join([*mine[:at], *run, *mine[at:]]))
+        os.utime(target, ns=(2 * 10**18, 2 * 10**18))  # read after B's own file, as load reads
+        problems = verify([directory], key=CHAIN_KEY).problems
+        assert [(p.path, p.line, p.reason.split(":")[0]) for p in problems] == [
+            (target, at + 1, "reordered")
+        ]
+
+
 class TestWithTheKey:
     """With the key, only lines made with it pass; --allow-unkeyed alone accepts others."""
 
