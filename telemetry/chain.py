@@ -167,11 +167,12 @@ def verify(
 
     ``key`` is the chain key (``chain_key(masking key)``). With it, every line must carry a MAC
     made with that key: an unkeyed (SHA-256) line is a problem unless ``allow_unkeyed``. Without
-    it keyed MACs are not checked, only the numbering and the links. A chain keeps the mode of its
-    first line; a file without a chained line is a problem. Reports the first problem of each
-    chain, in the chain's own order (files are put in order by the line numbers they hold, so a
-    copy that changed their modification times still verifies), and each file's first line
-    without a link and torn last line.
+    it keyed MACs are not checked, only the numbering and the links. A chain that holds keyed lines
+    may hold no unkeyed one (key or no key: the first is named, ``mixed``); a file without a
+    chained line is a problem. Reports the first problem of each chain, in the chain's own order
+    (files are put in order by the line numbers they hold, so a copy that changed their
+    modification times still verifies), and each file's first line without a link and torn last
+    line.
     """
     report = ChainReport()
     segments: list[_Segment] = []
