@@ -92,12 +92,33 @@ def _source(database: str, clickhouse_url: str | None) -> Iterator[metrics.Sourc
 @_db_option
 @click.option("--follow", "keep_following", is_flag=True, help="Keep loading as files grow.")
 @click.option("--interval", default=1.0, show_default=True, help="Seconds between rounds.")
+@click.option(
+    "--verify",
+    "check_chain",
+    is_flag=True,
+    help="Load nothing unless the files pass `callgate verify` (key from CALLGATE_MASKING_KEY).",
+)
+@click.option(
+    "--allow-unkeyed", is_flag=True, help="With --verify and a key, accept unkeyed chains."
+)
 @_json_option
 def load_command(
-    paths: Sequence[str], database: str, keep_following: bool, interval: float, as_json: bool
+    paths: Sequence[str],
+    database: str,
+    keep_following: bool,
+    interval: float,
+    check_chain: bool,
+    allow_unkeyed: bool,
+    as_json: bool,
 ) -> None:
     """Load span files (OTLP JSON lines, plain or gzip; files, directories) into the database."""
+    if check_chain and keep_following:
+        raise click.UsageError("--verify checks files once, before loading: not with --follow")
+    if allow_unkeyed and not check_chain:
+        raise click.UsageError("--allow-unkeyed only goes with --verify")
     try:
+        if check_chain:
+            _refuse_unverified(paths, allow_unkeyed)
         if keep_following:
             with contextlib.suppress(KeyboardInterrupt):
                 follow(database, paths, interval=interval, on_load=lambda r: print_load(r, as_json))
@@ -106,6 +127,19 @@ def load_command(
             print_load(load(con, paths), as_json)
     except (ForeignFileError, FileNotFoundError, DatabaseError) as exc:
         raise click.ClickException(str(exc)) from exc
+
+
+def _refuse_unverified(paths: Sequence[str], allow_unkeyed: bool) -> None:
+    """Raise a one-line error naming the first problem when the files behind ``paths`` (the
+    same files ``load`` reads) do not verify; nothing is written to the database then."""
+    from telemetry.chain import env_chain_key, verify
+
+    report = verify(paths, key=env_chain_key(), allow_unkeyed=allow_unkeyed)
+    if not report.ok:
+        first = report.problems[0]
+        others = len(report.problems) - 1
+        more = f" and {others} more (run callgate verify)" if others else ""
+        raise click.ClickException(f"not loaded: {first}{more}")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,5 +1,8 @@
 """Span files on disk: finding them (rotations included), recognising them, reading new lines.
 
+Finding them is :func:`telemetry.discovery.discover_files`, re-exported here: ``callgate verify``
+asks the same function, so it checks exactly the files the loader reads.
+
 A span file is OTLP JSON lines, plain or gzip. It is recognised by the SHA-256 of its first line
 (:func:`fingerprint`), which a rename or a later gzip does not change; :func:`sniff` refuses files
 that are not trace lines before anything is written.
@@ -7,17 +10,17 @@ that are not trace lines before anything is written.
 
 from __future__ import annotations
 
-import glob
 import hashlib
 import io
 import json
-import os
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from telemetry.discovery import discover_files
 
 __all__ = [
     "ForeignFileError",
@@ -35,45 +38,11 @@ __all__ = [
     "sniff",
 ]
 
-_SUFFIXES = (".json", ".jsonl", ".ndjson", ".json.gz", ".jsonl.gz", ".ndjson.gz")
 _SNIFF_LINES = 20
 
 
 class ForeignFileError(ValueError):
     """The file is not OTLP JSON trace lines; nothing was loaded from any file."""
-
-
-def discover_files(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
-    """The span files behind ``paths``, oldest first, rotated siblings included.
-
-    A directory means every span file in it. A file ``traces.json`` also brings in the files its
-    rotation made: ``traces-*.json`` and ``traces-*.json.gz`` (the collector's file exporter names
-    backups ``<name>-<timestamp><ext>``), ordered by modification time so older data loads first.
-    """
-    found: dict[Path, None] = {}
-    for raw in paths:
-        path = Path(raw)
-        if path.is_dir():
-            candidates = [p for p in path.iterdir() if p.is_file() and p.name.endswith(_SUFFIXES)]
-        else:
-            stem, ext = _split_name(path.name)
-            pattern = f"{glob.escape(stem)}-*{glob.escape(ext)}*"  # the name itself is literal
-            siblings = path.parent.glob(pattern) if path.parent.is_dir() else []
-            rotated = [p for p in siblings if p.name.endswith((ext, ext + ".gz"))]
-            candidates = [*rotated, path] if path.exists() else rotated
-            if not path.exists() and not rotated:
-                raise FileNotFoundError(f"no such span file: {path}")
-        for p in sorted(candidates, key=lambda p: (p.stat().st_mtime_ns, p.name)):
-            found.setdefault(p, None)
-    return list(found)
-
-
-def _split_name(name: str) -> tuple[str, str]:
-    for suffix in sorted(_SUFFIXES, key=len, reverse=True):
-        if name.endswith(suffix):
-            return name[: -len(suffix)], suffix.removesuffix(".gz")
-    stem, dot, ext = name.rpartition(".")
-    return (stem, dot + ext) if stem else (name, "")
 
 
 def is_gzip(path: Path) -> bool:

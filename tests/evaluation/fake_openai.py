@@ -34,6 +34,8 @@ class FakeOpenAI:
     script: dict[str, Sequence[dict[str, Any]]]
     api_key: str | None = None
     fail_with: int | None = None
+    redirect: tuple[int, str] | None = None
+    """(status, Location) to answer every POST with instead of a completion."""
     requests: list[dict[str, Any]] = field(default_factory=list)
     url: str = ""
 
@@ -59,20 +61,38 @@ def serve(fake: FakeOpenAI) -> Iterator[FakeOpenAI]:
     """Run ``fake`` on a free port of 127.0.0.1 for the ``with`` block; ``fake.url`` is its base URL."""
 
     class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            """A client that turned a redirected POST into a GET: recorded, refused."""
+            fake.requests.append(
+                {"method": "GET", "path": self.path, "auth": self.headers.get("Authorization")}
+            )
+            self._send(405, {"error": {"message": "POST only"}})
+
         def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length", "0"))
             body = json.loads(self.rfile.read(length))
             fake.requests.append(
-                {"path": self.path, "body": body, "auth": self.headers.get("Authorization")}
+                {
+                    "method": "POST",
+                    "path": self.path,
+                    "body": body,
+                    "auth": self.headers.get("Authorization"),
+                }
             )
-            if fake.fail_with is not None:
+            if fake.redirect is not None and not self.path.startswith("/followed"):
+                status, location = fake.redirect
+                self.send_response(status)
+                self.send_header("Location", location)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+            elif fake.fail_with is not None:
                 self._send(fake.fail_with, {"error": {"message": "scripted failure"}})
             elif (
                 fake.api_key is not None
                 and self.headers.get("Authorization") != f"Bearer {fake.api_key}"
             ):
                 self._send(401, {"error": {"message": "bad key"}})
-            elif self.path != "/v1/chat/completions":
+            elif self.path.split("?")[0] not in ("/v1/chat/completions", "/followed"):
                 self._send(404, {"error": {"message": "no such route"}})
             else:
                 self._send(200, fake.answer(body))
