@@ -122,7 +122,7 @@ class TestEverySpanOnce:
         line = json_line(tmp_path)
         for _ in range(4):
             assert post(pooled.http_port or 0, line, _JSON) == (200, b"{}")
-        pids = pooled.receiver.pool.pids() if pooled.receiver.pool else []
+        pids = pooled.pool.pids() if pooled.pool else []
         pooled.stop()
         directory = tmp_path / "pooled"
         spans = read_spans(directory)
@@ -172,7 +172,7 @@ class TestSameAnswers:
         answer = post(pooled.http_port or 0, body, content_type)
         assert answer[0] == 400
         assert answer == post(single.http_port or 0, body, content_type)
-        assert read_spans(pooled.receiver.writer.directory) == []
+        assert read_spans(pooled.ingest.writer.directory) == []
 
     def test_partial_success(
         self, pooled: OTLPReceiver, single: OTLPReceiver, tmp_path: Path
@@ -223,7 +223,7 @@ class TestWorkerDeath:
         """Killed workers: the request meeting the broken pool gets 503, later ones are written."""
         line = json_line(tmp_path)
         assert post(pooled.http_port or 0, line, _JSON)[0] == 200
-        pool = pooled.receiver.pool
+        pool = pooled.pool
         assert pool is not None
         before = pool.pids()
         assert len(before) == 2
@@ -247,13 +247,13 @@ class TestStop:
     def test_stop_ends_every_worker(self, tmp_path: Path) -> None:
         """``stop`` ends the worker processes (none left alive) and their files are complete."""
         server = start(tmp_path / "out", 3)
-        pool = server.receiver.pool
+        pool = server.pool
         assert pool is not None
         pids = pool.pids()
         assert len(pids) == 3 and all(alive(pid) for pid in pids)
         export_calls(server, "http/protobuf", count=2)
         server.stop()
-        assert server.receiver.pool is None
+        assert server.pool is None
         assert not any(alive(pid) for pid in pids)
         assert len(read_spans(tmp_path / "out")) == 20
 
