@@ -4,10 +4,16 @@ Requests arrive as raw bytes (no deserializer), so a malformed one is the ingest
 (``INVALID_ARGUMENT``) rather than grpc's (``INTERNAL``). Every outcome maps to a status OTLP
 exporters understand: ``RESOURCE_EXHAUSTED`` (too large), ``UNAVAILABLE`` (busy, not writable:
 retried), ``UNAUTHENTICATED`` (no or wrong bearer token, checked by ``telemetry.auth``).
+
+grpc hands a metadata value that is not UTF-8 over as ISO-8859-1 text (the wire bytes, which is
+what ``telemetry.auth`` compares), but first logs it at ERROR with a traceback and the raw value:
+any client could fill the log with tracebacks, and with near-miss tokens. ``_QuietUndecodable``
+keeps one line at DEBUG, without the value.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from concurrent import futures
 from typing import Any
@@ -24,6 +30,25 @@ from telemetry.sidecar.limits import BodyTooLarge, Unavailable
 __all__ = ["TraceService", "grpc_server"]
 
 _SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
+_CYGRPC = "grpc._cython.cygrpc"
+_UNDECODABLE = "Invalid encoding on %s"  # grpc's message for metadata that is not UTF-8
+
+
+class _QuietUndecodable(logging.Filter):
+    """grpc's "Invalid encoding on <raw value>" + traceback becomes one DEBUG line, no value."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg == _UNDECODABLE:
+            record.msg, record.args = "grpc: a metadata value is not UTF-8 (read as ISO-8859-1)", ()
+            record.exc_info = record.exc_text = None
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return True
+
+
+def _quiet_undecodable() -> None:
+    logger = logging.getLogger(_CYGRPC)
+    if not any(isinstance(f, _QuietUndecodable) for f in logger.filters):
+        logger.addFilter(_QuietUndecodable())
 
 
 class TraceService(TraceServiceServicer):
@@ -105,6 +130,7 @@ def grpc_server(
     idle_timeout: float,
 ) -> tuple[grpc.Server, int]:
     """A started gRPC server for ``ingest`` on ``address`` (``host:port``), and its bound port."""
+    _quiet_undecodable()
     interceptors = [] if verifier is None else [_TokenCheck(verifier, ingest.reject)]
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="otlp-grpc"),

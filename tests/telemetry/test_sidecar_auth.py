@@ -14,6 +14,7 @@ from telemetry import SpanFileWriter
 from telemetry.auth import presented_token
 from telemetry.sidecar import OTLPReceiver
 
+from .h2_raw import grpc_status
 from .test_auth import HEADER_BYTES, TOKEN
 from .test_sidecar_limits import exchange, spans_request
 
@@ -92,6 +93,27 @@ class TestHeaderBytes:
         written = guarded.stats.spans - before
         accepted = sum(presented_token(v) == TOKEN for v in (value, f"Bearer {value}"))
         assert written == accepted
+
+    @_FUZZ
+    @given(header=HEADER_BYTES)
+    def test_grpc_raw_metadata_bytes_are_refused_quietly(
+        self, guarded: OTLPReceiver, header: bytes, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """Any bytes as gRPC metadata (over raw HTTP/2): refused, nothing written, no ERROR log."""
+        before = guarded.stats.spans
+        with caplog.at_level(logging.DEBUG):
+            status = grpc_status(
+                guarded.grpc_port or 0, _EXPORT, [(b"authorization", header)], _BODY
+            )
+        if presented_token(header) == TOKEN:
+            assert status == "0" and guarded.stats.spans == before + 1
+        else:
+            # 16: UNAUTHENTICATED; bytes HTTP/2 forbids in a value (NUL): the stream is reset
+            assert status in ("16", "reset"), status
+            assert guarded.stats.spans == before
+        errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+        assert errors == [] and not any(r.exc_info for r in caplog.records)
+        assert not any(r.getMessage().startswith("Invalid encoding") for r in caplog.records)
 
     def test_grpc_two_authorization_values_are_unauthenticated(self, guarded: OTLPReceiver) -> None:
         """Two authorization entries are ambiguous: refused even when one is right."""
