@@ -28,6 +28,7 @@ from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import util
+from typing import Any
 
 from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
 
@@ -44,21 +45,34 @@ Outcome = tuple[str, int, int, str]
 """``(kind, spans, rejected, text)``: kind ``ok`` (text: the first rejected span's error),
 ``invalid``, ``decode``, ``unavailable`` (the write failed) or ``error`` (a bug; text says what)."""
 
+_START_TIMEOUT = 120.0
+"""Seconds the workers have to start together (import, make their writer) before start fails."""
+
 _ingest: Ingest | None = None
 """The worker's own ingest core (set by ``_start``; only ever set in a worker process)."""
+_ready: Any = None
+"""The start barrier the worker's pings wait at (set by ``_start``, in a worker process)."""
 
 
-def _start(writer_factory: Callable[[], SpanFileWriter]) -> None:
+def _start(writer_factory: Callable[[], SpanFileWriter], ready: Any) -> None:
     """Worker initializer: its own writer, closed (flushed, fsynced) when the worker exits."""
-    global _ingest
+    global _ingest, _ready
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     writer = writer_factory()
     # Limits are the receiving process's: it holds the reservation while the body is here.
     _ingest = Ingest(writer, budget=ByteBudget(sys.maxsize))
+    _ready = ready
     util.Finalize(writer, writer.close, exitpriority=10)
 
 
-def _pid() -> int:
+def _ping() -> int:
+    """Held until every worker holds a ping, so N answers mean N workers that ran ``_start``.
+
+    Without the barrier one fast worker can answer every ping while another is still starting;
+    that one's writer is then made during a request (and a factory that fails, fails there).
+    """
+    if _ready is not None:
+        _ready.wait(_START_TIMEOUT)
     return os.getpid()
 
 
@@ -110,15 +124,16 @@ class EncoderPool:
         """How many times a broken pool (a worker died) was replaced."""
 
     def _new_executor(self) -> ProcessPoolExecutor:
+        context = multiprocessing.get_context("spawn")
         executor = ProcessPoolExecutor(
             max_workers=self.processes,
-            mp_context=multiprocessing.get_context("spawn"),
+            mp_context=context,
             initializer=_start,
-            initargs=(self._writer_factory,),
+            initargs=(self._writer_factory, context.Barrier(self.processes)),
         )
         # Workers start on demand; start them all now, so a bad writer fails here, not in a request.
         try:
-            pings = [executor.submit(_pid) for _ in range(self.processes)]
+            pings = [executor.submit(_ping) for _ in range(self.processes)]
             for ping in pings:
                 ping.result()
         except BaseException:

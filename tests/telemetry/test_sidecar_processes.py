@@ -8,6 +8,7 @@ import os
 import signal
 import time
 from collections.abc import Iterator
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 import grpc
@@ -110,6 +111,51 @@ def wait_gone(pids: list[int], seconds: float = 15.0) -> bool:
             return False
         time.sleep(0.05)
     return True
+
+
+def marked_writer(directory: Path, refuse_second: bool = False) -> SpanFileWriter:
+    """A worker's writer that leaves ``started-<pid>`` behind; with ``refuse_second``, only one
+    worker may make one (the next raises, as a factory whose disk is gone would)."""
+    marks = directory / "marks"
+    marks.mkdir(parents=True, exist_ok=True)
+    if refuse_second and any(marks.iterdir()):
+        raise OSError("this worker's writer cannot be made")
+    (marks / f"started-{os.getpid()}").touch()
+    return SpanFileWriter(directory / "spans")
+
+
+class TestStart:
+    """``start`` returns once every worker has made its writer, or fails."""
+
+    def test_every_worker_has_its_writer_when_start_returns(self, tmp_path: Path) -> None:
+        """Both workers ran their writer factory before start() returned (none makes it later)."""
+        factory = functools.partial(marked_writer, tmp_path)
+        server = OTLPReceiver(
+            factory(), grpc_port=None, http_port=0, processes=2, writer_factory=factory
+        ).start()
+        try:
+            assert server.pool is not None
+            marks = {path.name for path in (tmp_path / "marks").iterdir()}
+            assert marks == {f"started-{pid}" for pid in server.pool.pids()} | {
+                f"started-{os.getpid()}"
+            }
+            assert len(marks) == 3
+        finally:
+            server.stop()
+
+    def test_a_factory_failing_in_any_worker_fails_start(self, tmp_path: Path) -> None:
+        """One worker's factory raising makes start() raise, and leaves no worker behind."""
+        factory = functools.partial(marked_writer, tmp_path / "w", refuse_second=True)
+        server = OTLPReceiver(
+            SpanFileWriter(tmp_path / "main"),
+            grpc_port=None,
+            http_port=0,
+            processes=2,
+            writer_factory=factory,
+        )
+        with pytest.raises(BrokenProcessPool):
+            server.start()
+        assert server.pool is None and server.http_server is None
 
 
 class TestEverySpanOnce:
