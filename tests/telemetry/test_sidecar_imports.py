@@ -49,3 +49,19 @@ class TestSidecarAlone:
     def test_each_module_imports_first_on_its_own(self, module: str) -> None:
         """Any module imported first in a fresh interpreter works: no import circle among them."""
         loaded_after(f"import telemetry.sidecar.{module}")
+
+
+class TestPublicSurface:
+    """``telemetry.sidecar``'s one public surface: a sorted ``__all__`` whose every name loads."""
+
+    def test_all_is_sorted_and_resolves(self) -> None:
+        """__all__ is in ruff's order (constants, classes, functions) and each name imports."""
+        import telemetry.sidecar as sidecar
+
+        names = list(sidecar.__all__)
+        assert names == sorted(
+            names, key=lambda n: (0 if n.isupper() else 1 if n[0].isupper() else 2, n)
+        )
+        assert all(getattr(sidecar, name) is not None for name in names)
+        with pytest.raises(AttributeError):
+            sidecar.TraceReceiver  # noqa: B018  (split into Ingest and grpc_server.TraceService)
