@@ -54,16 +54,15 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from guard import Policy, Principal, RolePolicy
 from guard.shop import Order, build_shop
 from telemetry import SpanFileWriter, configure
-from telemetry._otlp_proto import Encoded
 from telemetry.otlpjson import parse_request, request_to_json
-from telemetry.sidecar import OTLPReceiver, TraceReceiver
+from telemetry.sidecar import Encoded, Ingest, OTLPReceiver
 
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 PROTOCOLS = ("grpc", "http/protobuf", "http/json")
 
 
-class LegacyReceiver(TraceReceiver):
-    """The receiver as it was: a ``_check`` walk, then ``MessageToDict`` for every request."""
+class LegacyIngest(Ingest):
+    """The ingest core as it was: a ``_check`` walk, then ``MessageToDict`` for every request."""
 
     def encode(self, request: ExportTraceServiceRequest) -> Encoded:
         count = 0
@@ -157,7 +156,7 @@ def serve(
         writer_factory=factory if processes > 1 else None,
     )
     if legacy:
-        server.receiver = LegacyReceiver(server.receiver.writer, budget=server.receiver.budget)
+        server.ingest = LegacyIngest(server.ingest.writer, budget=server.ingest.budget)
     server.start()
     ports.put((server.grpc_port, server.http_port))
     stop.wait()

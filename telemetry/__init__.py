@@ -27,8 +27,9 @@ if TYPE_CHECKING:
     from telemetry.records import EventRecord, SpanRecord
     from telemetry.setup import Telemetry, configure
     from telemetry.sidecar import OTLPReceiver
+    from telemetry.spanfile import SpanFileWriter
     from telemetry.spans import build_call_spans, encode_call
-    from telemetry.trail import SpanFileWriter, TrailSink
+    from telemetry.trail import TrailSink
 
 __all__ = [
     "DETECTORS",
@@ -76,7 +77,7 @@ _HOME: dict[str, str] = {
     "configure": "telemetry.setup",
     "OTLPReceiver": "telemetry.sidecar",
     "build_call_spans": "telemetry.spans",
-    "SpanFileWriter": "telemetry.trail",
+    "SpanFileWriter": "telemetry.spanfile",
     "TrailSink": "telemetry.trail",
 }
 

@@ -11,8 +11,8 @@ from types import FrameType
 import click
 
 from telemetry.chain import env_chain_key
-from telemetry.sidecar import MAX_BODY, MAX_INFLIGHT, OTLPReceiver
-from telemetry.trail import SpanFileWriter
+from telemetry.sidecar.limits import MAX_BODY, MAX_INFLIGHT  # the stdlib only: --help stays light
+from telemetry.spanfile import SpanFileWriter
 
 __all__ = ["sidecar"]
 
@@ -127,6 +127,8 @@ def sidecar(
     processes: int,
 ) -> None:
     """Receive OTLP traces on this host and write them as OTLP JSON lines, like the local trail."""
+    from telemetry.sidecar import OTLPReceiver  # grpc and protobuf: only when the command runs
+
     if token_file is not None:
         token = Path(token_file).read_text().strip()
     if token is not None and not token.strip():

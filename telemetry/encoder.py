@@ -8,9 +8,9 @@ left out, except a span's ids and an attribute's key, while ``resource``, ``scop
 are always written (``{}`` when empty).
 
 Everything that writes spans as OTLP JSON comes here: the trail (``encode_spans`` of
-``telemetry.spans.encode_call`` text), the sidecar (``telemetry._otlp_wire`` reads the received
+``telemetry.spans.encode_call`` text), the sidecar (``telemetry.sidecar.wire`` reads the received
 bytes and asks for each fragment: ``span_head``, ``span_tail``, ``encode_attribute``, ``join_*``;
-anything unusual goes through ``telemetry._otlp_proto`` records and ``encode_request``), the
+anything unusual goes through ``telemetry.sidecar.proto`` records and ``encode_request``), the
 benchmarks and ``analytics.synth``'s fixtures. Fragments that repeat (codes, flags, stage spans'
 text) are cached, bounded.
 """
@@ -195,7 +195,7 @@ def _shaped_parts(span: SpanRecord) -> tuple[str, str] | None:
 #    tail: attributes, then later: droppedAttributesCount, events, droppedEventsCount, links,
 #    droppedLinksCount, status, flags}
 # Each piece is a function below, so a reader that caches text by its input's bytes
-# (``telemetry._otlp_wire``) asks this module for every piece and writes no JSON of its own.
+# (``telemetry.sidecar.wire``) asks this module for every piece and writes no JSON of its own.
 
 
 def span_head(name: str, kind: int) -> str:

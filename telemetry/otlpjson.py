@@ -19,8 +19,8 @@ import base64
 import json
 from typing import TYPE_CHECKING, Any
 
-from telemetry._otlp_proto import request_groups
 from telemetry.encoder import encode_attributes, encode_request, encode_span, encode_spans
+from telemetry.sidecar.proto import request_groups
 
 if TYPE_CHECKING:
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -101,7 +101,7 @@ def request_to_json(request: ExportTraceServiceRequest) -> str:
 def request_to_line(request: ExportTraceServiceRequest) -> str:
     """A received request as one OTLP JSON line, through the one encoder (``telemetry.encoder``).
 
-    Every span and group kept as it is (``telemetry._otlp_proto.encode_request`` is the sidecar's
+    Every span and group kept as it is (``telemetry.sidecar.proto.encode_request`` is the sidecar's
     form: malformed spans left out); the line parses back to the same message (a test holds them
     equal), in the trail's own encoding.
     """

@@ -2,7 +2,7 @@
 
 ``SpanRecord`` (with ``EventRecord``, ``LinkRecord``) is what every writer of spans builds: the
 trail from a guard ``Call`` (``telemetry.spans``), the sidecar from what it received
-(``telemetry._otlp_proto`` from a protobuf message; ``telemetry._otlp_wire`` from fragments of its
+(``telemetry.sidecar.proto`` from a protobuf message; ``telemetry.sidecar.wire`` from fragments of its
 bytes), the benchmarks and the synthetic fixtures (``analytics.synth``); ``ResourceGroup`` and
 ``ScopeGroup`` group them as a request does. The one encoder is ``telemetry.encoder``.
 

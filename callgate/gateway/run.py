@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import hmac
-import ipaddress
 import logging
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -21,14 +19,11 @@ from callgate.gateway.pins import open_pin_store
 from callgate.gateway.server import build_server
 from guard import Observer
 from guard.stores import ApprovalState
+from telemetry.auth import BearerAuth, BearerTokens, is_loopback
 
-__all__ = ["is_loopback", "running", "serve_http", "serve_stdio"]
+__all__ = ["running", "serve_http", "serve_stdio"]
 
 log = logging.getLogger("callgate.gateway")
-
-Scope = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 
 @asynccontextmanager
@@ -73,15 +68,6 @@ async def serve_stdio(gateway: Gateway) -> None:
         await server.run(read_stream, write_stream, server.create_initialization_options())
 
 
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 async def serve_http(
     gateway: Gateway,
     *,
@@ -95,7 +81,7 @@ async def serve_http(
     http = gateway.config.http
     host = host or http.host
     port = http.port if port is None else port
-    tokens = {t.token: t.principal for t in http.tokens}
+    tokens = BearerTokens((t.token, t.principal) for t in http.tokens)
     if not tokens:
         raise ValueError(
             "serve.http.tokens is empty: HTTP needs bearer tokens mapped to principals"
@@ -107,7 +93,7 @@ async def serve_http(
 
     def identity(ctx: ServerRequestContext[Any, Any]) -> tuple[str, str]:
         headers = getattr(ctx.request, "headers", None) or {}
-        principal = _principal(tokens, headers.get("authorization"))
+        principal = tokens.verify(headers.get("authorization"))
         if principal is None:  # the middleware let nobody through without a token; belt and braces
             raise PermissionError("no valid bearer token")
         session = headers.get("mcp-session-id") or f"http:{principal}"
@@ -115,7 +101,7 @@ async def serve_http(
 
     server = build_server(gateway, identity)
     app = server.streamable_http_app(streamable_http_path=http.path, host=host)
-    guarded = _BearerAuth(app, tokens)
+    guarded = BearerAuth(app, tokens, realm="callgate-gateway")
     uv = uvicorn.Server(
         uvicorn.Config(guarded, host=host, port=port, log_level="warning", lifespan="on")
     )
@@ -128,40 +114,3 @@ async def serve_http(
             await anyio.sleep(0.02)
         bound = uv.servers[0].sockets[0].getsockname()[1] if uv.servers else port
         ready(int(bound))
-
-
-def _principal(tokens: dict[str, str], header: str | None) -> str | None:
-    if not header or not header.lower().startswith("bearer "):
-        return None
-    offered = header[7:].strip()
-    for token, principal in tokens.items():
-        if hmac.compare_digest(token.encode(), offered.encode()):
-            return principal
-    return None
-
-
-class _BearerAuth:
-    """ASGI middleware: HTTP requests without a configured bearer token get 401, before the SDK."""
-
-    def __init__(self, app: Any, tokens: dict[str, str]) -> None:
-        self.app = app
-        self.tokens = tokens
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            headers = {k.decode().lower(): v.decode() for k, v in scope.get("headers", [])}
-            if _principal(self.tokens, headers.get("authorization")) is None:
-                body = b'{"error":"unauthorized","message":"a valid bearer token is required"}'
-                await send(
-                    {
-                        "type": "http.response.start",
-                        "status": 401,
-                        "headers": [
-                            (b"content-type", b"application/json"),
-                            (b"www-authenticate", b'Bearer realm="callgate-gateway"'),
-                        ],
-                    }
-                )
-                await send({"type": "http.response.body", "body": body})
-                return
-        await self.app(scope, receive, send)

@@ -27,13 +27,13 @@ class CapturingReceiver(OTLPReceiver):
 
     def start(self) -> CapturingReceiver:
         self.payloads = []
-        accept = self.receiver.accept_protobuf
+        accept = self.ingest.accept_protobuf
 
         def capture(body: bytes) -> Encoded:
             self.payloads.append(body)
             return accept(body)
 
-        self.receiver.accept_protobuf = capture  # type: ignore[method-assign]
+        self.ingest.accept_protobuf = capture  # type: ignore[method-assign]
         super().start()
         return self
 

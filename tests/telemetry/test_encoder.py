@@ -12,11 +12,11 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
 from telemetry import configure, parse_request, request_to_json
-from telemetry._otlp_proto import encode_request
-from telemetry._otlp_wire import encode_wire
 from telemetry.encoder import encode_span
 from telemetry.otlpjson import request_to_line
 from telemetry.records import EventRecord, LinkRecord, SpanRecord
+from telemetry.sidecar.proto import encode_request
+from telemetry.sidecar.wire import encode_wire
 
 from .conftest import KEY, make_call
 

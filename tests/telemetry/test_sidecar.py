@@ -78,13 +78,13 @@ class TestRealExporters:
     def test_exporter_spans_land_in_span_files(self, receiver: OTLPReceiver, protocol: str) -> None:
         """Spans sent by the real OTLP exporter arrive in the sidecar's files in the trail's format."""
         export_calls(receiver, protocol)
-        spans = read_spans(receiver.receiver.writer.directory)
+        spans = read_spans(receiver.ingest.writer.directory)
         assert len(spans) == 30
         assert sum(span["name"] == "execute_tool pay" for span in spans) == 3
         call_span = next(span for span in spans if span["name"] == "execute_tool pay")
         assert call_span["attrs"]["guard.code"] == "OK"
         assert call_span["attrs"]["guard.step"] == 1
-        for path in receiver.receiver.writer.directory.glob("*.jsonl"):
+        for path in receiver.ingest.writer.directory.glob("*.jsonl"):
             for line in path.read_text().splitlines():
                 parse_request(line)
 
@@ -97,7 +97,7 @@ class TestRealExporters:
         status, body = post(receiver.http_port or 0, line.encode(), "application/json")
         assert status == 200
         assert json.loads(body) == {}
-        assert len(read_spans(receiver.receiver.writer.directory)) == 10
+        assert len(read_spans(receiver.ingest.writer.directory)) == 10
 
 
 class TestMalformed:
@@ -164,7 +164,7 @@ class TestMalformed:
         finally:
             stop.set()
             noisy.join()
-        spans = read_spans(receiver.receiver.writer.directory)
+        spans = read_spans(receiver.ingest.writer.directory)
         assert sum(span["name"] == "execute_tool pay" for span in spans) == 40
         assert receiver.stats.rejected > 0
 

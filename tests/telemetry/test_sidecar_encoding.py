@@ -16,11 +16,11 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 
 from telemetry import SpanFileWriter, configure
-from telemetry._otlp_json import NotCanonical, pass_through
-from telemetry._otlp_proto import Encoded, encode_request
-from telemetry._otlp_wire import encode_wire
 from telemetry.otlpjson import parse_request, request_to_json, request_to_line
-from telemetry.sidecar import OTLPReceiver, TraceReceiver
+from telemetry.sidecar import Ingest, OTLPReceiver
+from telemetry.sidecar.passthrough import NotCanonical, pass_through
+from telemetry.sidecar.proto import Encoded, encode_request
+from telemetry.sidecar.wire import encode_wire
 
 from .conftest import KEY, make_call
 from .test_encoder import normal
@@ -172,8 +172,8 @@ class TestMessagePath:
 
 
 @pytest.fixture(scope="module")
-def json_receiver(tmp_path_factory: pytest.TempPathFactory) -> TraceReceiver:
-    return TraceReceiver(SpanFileWriter(tmp_path_factory.mktemp("json")))
+def json_receiver(tmp_path_factory: pytest.TempPathFactory) -> Ingest:
+    return Ingest(SpanFileWriter(tmp_path_factory.mktemp("json")))
 
 
 def _lines(encoded: Encoded) -> Any:
@@ -191,7 +191,7 @@ class TestJSONPassThrough:
     @_SETTINGS
     @given(messages(ExportTraceServiceRequest, good_ids=False))
     def test_json_gives_the_line_protobuf_gives(
-        self, json_receiver: TraceReceiver, message: ExportTraceServiceRequest
+        self, json_receiver: Ingest, message: ExportTraceServiceRequest
     ) -> None:
         """Any message sent as OTLP/JSON is stored as the same spans as sent as protobuf.
 

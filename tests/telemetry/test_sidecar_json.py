@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from telemetry._otlp_json import NotCanonical, pass_through
+from telemetry.sidecar.passthrough import NotCanonical, pass_through
 
 _TEXT = st.text(st.characters(exclude_categories=["Cs"]), min_size=1, max_size=16)
 """Any text a client may send: quotes, backslashes, control characters, non-ASCII, U+2028."""

@@ -109,7 +109,7 @@ def receiver(tmp_path: Path) -> Iterator[OTLPReceiver]:
 
 
 def written(receiver: OTLPReceiver) -> int:
-    return len(read_spans(receiver.receiver.writer.directory))
+    return len(read_spans(receiver.ingest.writer.directory))
 
 
 class TestBodies:
@@ -205,7 +205,7 @@ class TestBodies:
         )
         assert exchange(receiver.http_port or 0, ok)[0] == 200
         assert written(receiver) == 2
-        assert receiver.receiver.budget.used == 0
+        assert receiver.ingest.budget.used == 0
 
     def test_corrupt_or_unknown_encoding_is_400(self, receiver: OTLPReceiver) -> None:
         """A truncated gzip stream and an unknown Content-Encoding are malformed requests."""

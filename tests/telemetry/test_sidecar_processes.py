@@ -8,6 +8,7 @@ import os
 import signal
 import time
 from collections.abc import Iterator
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 import grpc
@@ -112,6 +113,51 @@ def wait_gone(pids: list[int], seconds: float = 15.0) -> bool:
     return True
 
 
+def marked_writer(directory: Path, refuse_second: bool = False) -> SpanFileWriter:
+    """A worker's writer that leaves ``started-<pid>`` behind; with ``refuse_second``, only one
+    worker may make one (the next raises, as a factory whose disk is gone would)."""
+    marks = directory / "marks"
+    marks.mkdir(parents=True, exist_ok=True)
+    if refuse_second and any(marks.iterdir()):
+        raise OSError("this worker's writer cannot be made")
+    (marks / f"started-{os.getpid()}").touch()
+    return SpanFileWriter(directory / "spans")
+
+
+class TestStart:
+    """``start`` returns once every worker has made its writer, or fails."""
+
+    def test_every_worker_has_its_writer_when_start_returns(self, tmp_path: Path) -> None:
+        """Both workers ran their writer factory before start() returned (none makes it later)."""
+        factory = functools.partial(marked_writer, tmp_path)
+        server = OTLPReceiver(
+            factory(), grpc_port=None, http_port=0, processes=2, writer_factory=factory
+        ).start()
+        try:
+            assert server.pool is not None
+            marks = {path.name for path in (tmp_path / "marks").iterdir()}
+            assert marks == {f"started-{pid}" for pid in server.pool.pids()} | {
+                f"started-{os.getpid()}"
+            }
+            assert len(marks) == 3
+        finally:
+            server.stop()
+
+    def test_a_factory_failing_in_any_worker_fails_start(self, tmp_path: Path) -> None:
+        """One worker's factory raising makes start() raise, and leaves no worker behind."""
+        factory = functools.partial(marked_writer, tmp_path / "w", refuse_second=True)
+        server = OTLPReceiver(
+            SpanFileWriter(tmp_path / "main"),
+            grpc_port=None,
+            http_port=0,
+            processes=2,
+            writer_factory=factory,
+        )
+        with pytest.raises(BrokenProcessPool):
+            server.start()
+        assert server.pool is None and server.http_server is None
+
+
 class TestEverySpanOnce:
     def test_three_protocols_land_once_in_verified_chains(
         self, pooled: OTLPReceiver, tmp_path: Path
@@ -122,7 +168,7 @@ class TestEverySpanOnce:
         line = json_line(tmp_path)
         for _ in range(4):
             assert post(pooled.http_port or 0, line, _JSON) == (200, b"{}")
-        pids = pooled.receiver.pool.pids() if pooled.receiver.pool else []
+        pids = pooled.pool.pids() if pooled.pool else []
         pooled.stop()
         directory = tmp_path / "pooled"
         spans = read_spans(directory)
@@ -172,7 +218,7 @@ class TestSameAnswers:
         answer = post(pooled.http_port or 0, body, content_type)
         assert answer[0] == 400
         assert answer == post(single.http_port or 0, body, content_type)
-        assert read_spans(pooled.receiver.writer.directory) == []
+        assert read_spans(pooled.ingest.writer.directory) == []
 
     def test_partial_success(
         self, pooled: OTLPReceiver, single: OTLPReceiver, tmp_path: Path
@@ -223,7 +269,7 @@ class TestWorkerDeath:
         """Killed workers: the request meeting the broken pool gets 503, later ones are written."""
         line = json_line(tmp_path)
         assert post(pooled.http_port or 0, line, _JSON)[0] == 200
-        pool = pooled.receiver.pool
+        pool = pooled.pool
         assert pool is not None
         before = pool.pids()
         assert len(before) == 2
@@ -247,13 +293,13 @@ class TestStop:
     def test_stop_ends_every_worker(self, tmp_path: Path) -> None:
         """``stop`` ends the worker processes (none left alive) and their files are complete."""
         server = start(tmp_path / "out", 3)
-        pool = server.receiver.pool
+        pool = server.pool
         assert pool is not None
         pids = pool.pids()
         assert len(pids) == 3 and all(alive(pid) for pid in pids)
         export_calls(server, "http/protobuf", count=2)
         server.stop()
-        assert server.receiver.pool is None
+        assert server.pool is None
         assert not any(alive(pid) for pid in pids)
         assert len(read_spans(tmp_path / "out")) == 20
 

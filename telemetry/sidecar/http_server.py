@@ -28,15 +28,15 @@ from google.protobuf import json_format  # type: ignore[import-untyped]
 from google.rpc import status_pb2  # type: ignore[import-untyped]
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
-from telemetry._otlp_limits import (
+from telemetry.auth import TokenVerifier
+from telemetry.sidecar.limits import (
     BodyTooLarge,
     ByteBudget,
     Unavailable,
-    bearer_matches,
     inflate,
     parse_content_length,
 )
-from telemetry._otlp_proto import Encoded
+from telemetry.sidecar.proto import Encoded
 
 __all__ = ["HTTPLimits", "OTLPHTTPServer", "RequestRefused"]
 
@@ -71,7 +71,8 @@ class HTTPLimits:
     max_connections: int
     idle_timeout: float
     request_timeout: float
-    token: bytes | None
+    verifier: TokenVerifier[object] | None
+    """The bearer check (``telemetry.auth``); ``None`` when no token is asked for."""
 
 
 Accept = Callable[[bytes, str], Encoded]
@@ -277,10 +278,10 @@ def _handler(accept: Accept, limits: HTTPLimits, on_reject: Callable[[], None]) 
                 raise RequestRefused(400, "both Content-Length and Transfer-Encoding", close=True)
             if codings and codings != ["chunked"]:
                 raise RequestRefused(501, f"unsupported transfer coding {codings}", close=True)
-            if limits.token is not None and not bearer_matches(
-                headers.get("Authorization"), limits.token
-            ):
-                raise RequestRefused(401, "missing or wrong bearer token", close=True)
+            if limits.verifier is not None:
+                given = headers.get_all("Authorization") or []
+                if len(given) != 1 or limits.verifier.verify(given[0]) is None:
+                    raise RequestRefused(401, "missing or wrong bearer token", close=True)
             if self.path.split("?")[0].rstrip("/") != "/v1/traces":
                 raise RequestRefused(404, "unknown path; use /v1/traces", close=True)
             if content_type not in (_JSON, _PROTOBUF):

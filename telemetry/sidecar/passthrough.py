@@ -27,7 +27,7 @@ from typing import Any
 
 import orjson
 
-from telemetry._otlp_proto import Encoded
+from telemetry.sidecar.proto import Encoded
 
 __all__ = ["NotCanonical", "pass_through"]
 

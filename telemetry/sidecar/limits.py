@@ -1,39 +1,52 @@
-"""The sidecar's bounds: bytes in flight, inflated size, header values, who may bind where.
+"""The sidecar's bounds: bytes in flight, inflated size, header values; and the refusals.
 
 Everything here is small and pure so the HTTP and gRPC endpoints share one definition of each
 limit: a ``ByteBudget`` both endpoints reserve from before they hold a body, ``inflate`` that never
 makes more than its cap (a 1 MiB gzip bomb stops at the cap, not at 2 GB), strict parsing of
-``Content-Length``, the constant-time bearer-token check, and the loopback test for ``--host``.
+``Content-Length``. Who may bind where and the bearer token are ``telemetry.auth``'s.
+
+The refusals every transport answers in its own protocol::
+
+    Unavailable           503 + Retry-After / UNAVAILABLE (exporters retry)
+    +-- WriteFailed       the span files could not take the line (disk full)
+    ValueError            400 / INVALID_ARGUMENT (malformed)
+    +-- BodyTooLarge      413 / RESOURCE_EXHAUSTED
 """
 
 from __future__ import annotations
 
-import hmac
-import ipaddress
-import socket
 import threading
 import time
 import zlib
 
 __all__ = [
     "DECODE_FACTOR",
+    "MAX_BODY",
+    "MAX_INFLIGHT",
     "BodyTooLarge",
     "ByteBudget",
     "Unavailable",
-    "bearer_matches",
+    "WriteFailed",
     "inflate",
-    "is_loopback",
     "parse_content_length",
 ]
 
 _CHUNK = 64 * 1024
 DECODE_FACTOR = 32
 """Bytes of memory decoding may take per byte of body, at worst (upb arena; json.loads objects)."""
+MAX_BODY = 4 * 1024 * 1024
+"""Default cap on one request body, on the wire and inflated (the Collector's gRPC default)."""
+MAX_INFLIGHT = 256 * 1024 * 1024
+"""Default cap on the bytes all requests in flight hold together, decoding included."""
 
 
 class Unavailable(Exception):
     """The request is fine but cannot be taken now (byte budget full, span files not writable):
     answered with HTTP 503 + Retry-After or gRPC UNAVAILABLE, which OTLP exporters retry."""
+
+
+class WriteFailed(Unavailable):
+    """A request's line could not be written (disk full, I/O error): 503 / UNAVAILABLE."""
 
 
 class BodyTooLarge(ValueError):
@@ -156,32 +169,3 @@ def inflate(body: bytes, encoding: str, cap: int, budget: ByteBudget | None = No
         if budget is not None:
             budget.release(reserved)
         raise
-
-
-def bearer_matches(header: str | bytes | None, token: bytes) -> bool:
-    """Whether an ``Authorization`` value is ``Bearer <token>`` (compared in constant time)."""
-    if header is None:
-        return False
-    if isinstance(header, str):
-        try:
-            header = header.encode("latin-1")
-        except UnicodeEncodeError:
-            return False
-    scheme, _, given = header.strip().partition(b" ")
-    return scheme.lower() == b"bearer" and hmac.compare_digest(given.strip(), token)
-
-
-def is_loopback(host: str) -> bool:
-    """Whether every address ``host`` names is a loopback one (``""`` and ``0.0.0.0`` are not)."""
-    host = host.strip("[]")
-    if not host:
-        return False
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        pass
-    try:
-        infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
-    except OSError:
-        return False
-    return bool(infos) and all(ipaddress.ip_address(info[4][0]).is_loopback for info in infos)

@@ -4,7 +4,7 @@ The sidecar's per-request work (decode, encode, chained write) holds the GIL, so
 one core. ``EncoderPool`` hands each request body to one of N spawned worker processes. A worker
 owns its own ``SpanFileWriter`` (made by the ``writer_factory`` it was given: same directory,
 prefix, size and chain key; its own files, named by its pid, and its own chain), decodes, encodes
-and writes the line itself with a ``TraceReceiver`` of its own, and sends back only the outcome.
+and writes the line itself with an ``Ingest`` of its own, and sends back only the outcome.
 The receiving process answers once that outcome is back, so an accepted request is still one
 whose line is on disk.
 
@@ -28,59 +28,61 @@ from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import util
-from typing import TYPE_CHECKING
+from typing import Any
 
 from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
 
-from telemetry._otlp_limits import ByteBudget, Unavailable
-from telemetry._otlp_proto import Encoded
-from telemetry.trail import SpanFileWriter
+from telemetry.sidecar.ingest import JSON, Ingest
+from telemetry.sidecar.limits import ByteBudget, Unavailable, WriteFailed
+from telemetry.sidecar.proto import Encoded
+from telemetry.spanfile import SpanFileWriter
 
-if TYPE_CHECKING:
-    from telemetry.sidecar import TraceReceiver
-
-__all__ = ["JSON", "PROTOBUF", "EncoderPool", "WriteFailed"]
+__all__ = ["EncoderPool"]
 
 log = logging.getLogger(__name__)
-
-PROTOBUF = "protobuf"
-JSON = "json"
 
 Outcome = tuple[str, int, int, str]
 """``(kind, spans, rejected, text)``: kind ``ok`` (text: the first rejected span's error),
 ``invalid``, ``decode``, ``unavailable`` (the write failed) or ``error`` (a bug; text says what)."""
 
-_receiver: TraceReceiver | None = None
-"""The worker's own receiver (set by ``_start``; only ever set in a worker process)."""
+_START_TIMEOUT = 120.0
+"""Seconds the workers have to start together (import, make their writer) before start fails."""
+
+_ingest: Ingest | None = None
+"""The worker's own ingest core (set by ``_start``; only ever set in a worker process)."""
+_ready: Any = None
+"""The start barrier the worker's pings wait at (set by ``_start``, in a worker process)."""
 
 
-class WriteFailed(Unavailable):
-    """A worker could not write a request's line (disk full, I/O error): 503 / UNAVAILABLE."""
-
-
-def _start(writer_factory: Callable[[], SpanFileWriter]) -> None:
+def _start(writer_factory: Callable[[], SpanFileWriter], ready: Any) -> None:
     """Worker initializer: its own writer, closed (flushed, fsynced) when the worker exits."""
-    global _receiver
-    from telemetry.sidecar import TraceReceiver  # the sidecar imports this module
-
+    global _ingest, _ready
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     writer = writer_factory()
     # Limits are the receiving process's: it holds the reservation while the body is here.
-    _receiver = TraceReceiver(writer, budget=ByteBudget(sys.maxsize))
+    _ingest = Ingest(writer, budget=ByteBudget(sys.maxsize))
+    _ready = ready
     util.Finalize(writer, writer.close, exitpriority=10)
 
 
-def _pid() -> int:
+def _ping() -> int:
+    """Held until every worker holds a ping, so N answers mean N workers that ran ``_start``.
+
+    Without the barrier one fast worker can answer every ping while another is still starting;
+    that one's writer is then made during a request (and a factory that fails, fails there).
+    """
+    if _ready is not None:
+        _ready.wait(_START_TIMEOUT)
     return os.getpid()
 
 
 def _accept(kind: str, body: bytes) -> Outcome:
     """Worker side: decode, encode and write one request; its outcome, never an exception."""
-    receiver = _receiver
-    if receiver is None:  # pragma: no cover - the initializer always ran
+    ingest = _ingest
+    if ingest is None:  # pragma: no cover - the initializer always ran
         return ("error", 0, 0, "worker not initialized")
     try:
-        accept = receiver.accept_json if kind == JSON else receiver.accept_protobuf
+        accept = ingest.accept_json if kind == JSON else ingest.accept_protobuf
         encoded = accept(body)
     except Unavailable as error:  # the budget is unlimited here: only a failed write
         return ("unavailable", 0, 0, str(error))
@@ -122,15 +124,16 @@ class EncoderPool:
         """How many times a broken pool (a worker died) was replaced."""
 
     def _new_executor(self) -> ProcessPoolExecutor:
+        context = multiprocessing.get_context("spawn")
         executor = ProcessPoolExecutor(
             max_workers=self.processes,
-            mp_context=multiprocessing.get_context("spawn"),
+            mp_context=context,
             initializer=_start,
-            initargs=(self._writer_factory,),
+            initargs=(self._writer_factory, context.Barrier(self.processes)),
         )
         # Workers start on demand; start them all now, so a bad writer fails here, not in a request.
         try:
-            pings = [executor.submit(_pid) for _ in range(self.processes)]
+            pings = [executor.submit(_ping) for _ in range(self.processes)]
             for ping in pings:
                 ping.result()
         except BaseException:

@@ -6,11 +6,11 @@ codes, tools, flags and steps. ``encode_wire`` walks the serialized request itse
 times at the head of each span are sliced out of the bytes, and the rest (the name and kind; each
 attribute; the fields after the attributes; all of those as a whole) is looked up by its exact
 bytes in a cache of text. Only bytes never seen before are decoded with upb into records
-(``telemetry._otlp_proto``) and encoded by ``telemetry.encoder``, which writes every fragment:
+(``telemetry.sidecar.proto``) and encoded by ``telemetry.encoder``, which writes every fragment:
 this module writes no JSON of its own. A fragment is kept once it has been seen twice, so unique
 values do not fill the cache.
 
-The result is exactly ``telemetry._otlp_proto.encode_request`` of the parsed message (a test holds
+The result is exactly ``telemetry.sidecar.proto.encode_request`` of the parsed message (a test holds
 them equal over generated messages and mangled bytes). Whatever this walk does not expect (fields
 out of order or repeated, a trace state, a malformed length, bytes upb would reject) hands that
 span, or the whole request, to the upb path: ``None`` from ``encode_wire`` means "parse it the
@@ -28,7 +28,8 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from telemetry import encoder
-from telemetry._otlp_proto import (
+from telemetry.records import ResourceGroup, ScopeGroup
+from telemetry.sidecar.proto import (
     Encoded,
     bad_ids,
     pairs,
@@ -36,7 +37,6 @@ from telemetry._otlp_proto import (
     scope_group,
     span_record,
 )
-from telemetry.records import ResourceGroup, ScopeGroup
 
 __all__ = ["encode_wire"]
 

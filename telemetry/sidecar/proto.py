@@ -1,7 +1,7 @@
 """Protobuf trace messages -> span records, for the one encoder (``telemetry.encoder``).
 
 What the sidecar writes for a parsed (upb) ``ExportTraceServiceRequest``, and for anything the
-wire reader (``telemetry._otlp_wire``) leaves to the message path: each span becomes a
+wire reader (``telemetry.sidecar.wire``) leaves to the message path: each span becomes a
 ``SpanRecord`` (ids as hex), each group a ``ResourceGroup``/``ScopeGroup``, and
 ``telemetry.encoder`` writes the text. This module writes no JSON itself and imports no protobuf
 (it reads the message objects' fields), so ``telemetry.otlpjson`` can use it cheaply.
