@@ -108,6 +108,12 @@ class CallSummary:
     """The detector rule that matched."""
     injection_excerpt: str | None = None
     """The matched text with some context either side, masked (the evidence)."""
+    approved_by: str | None = None
+    """Keyed hash of who decided a resumed call (``guard.approval.by``)."""
+    approval_decided_at: float | None = None
+    """When the decision was taken, seconds since the epoch by the guard's clock."""
+    approval_wait_ms: float | None = None
+    """How long after the request the decision came."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

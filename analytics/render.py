@@ -10,7 +10,7 @@ import sys
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import fields
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ __all__ = [
     "asdict_result",
     "calls_table",
     "console",
+    "decision_lines",
     "echo_json",
     "enumeration_lines",
     "metric_table",
@@ -270,6 +271,8 @@ def print_trace(view: TraceView, *, open_with: str = "") -> None:
         )
     if view.approvals:
         out.print(calls_table("approval history", view.approvals))
+        for line in decision_lines(view.approvals):
+            out.print(Text(line))
 
 
 def print_scenario(found: ScenarioExport, path: Path, as_json: bool) -> None:
@@ -349,3 +352,33 @@ def enumeration_lines(calls: Sequence[CallSummary]) -> list[str]:
         f"from {run.first} to {run.last}"
         for run in enumeration_runs(calls)
     ]
+
+
+def decision_lines(calls: Sequence[CallSummary]) -> list[str]:
+    """Who decided each resumed call, when, and how long after the request.
+
+    The span holds the decider as a keyed hash (``guard.approval.by``): labelled as such, so it is
+    never mistaken for a name; ``callgate approvals show ID`` on the store gives the name.
+    """
+    lines = []
+    for c in calls:
+        if not c.resumed or c.approval_outcome is None:
+            continue
+        who = (
+            f" by {c.approved_by} (keyed hash of the approver)"
+            if c.approved_by
+            else " (nobody decided: the approval lapsed)"
+            if c.approval_outcome == "expired"
+            else ""
+        )
+        when = ""
+        if c.approval_decided_at is not None and c.approval_decided_at > 946_684_800:
+            at = datetime.fromtimestamp(c.approval_decided_at, UTC).replace(tzinfo=None)
+            when = f" at {_cell(at)}"
+        wait = (
+            f", {duration_ms(c.approval_wait_ms)} after it was asked"
+            if c.approval_wait_ms is not None
+            else ""
+        )
+        lines.append(f"{c.approval_id}: {c.approval_outcome}{who}{when}{wait}")
+    return lines

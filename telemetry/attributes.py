@@ -10,8 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = [
+    "APPROVAL_DECIDED_AT",
     "APPROVAL_ID",
     "APPROVAL_OUTCOME",
+    "APPROVAL_WAIT_MS",
     "APPROVER",
     "ARGUMENTS",
     "ATTEMPTS",
@@ -132,6 +134,8 @@ RESUMED = "guard.resumed"
 APPROVAL_ID = "guard.approval.id"
 APPROVAL_OUTCOME = "guard.approval.outcome"
 APPROVER = "guard.approval.by"
+APPROVAL_DECIDED_AT = "guard.approval.decided_at"
+APPROVAL_WAIT_MS = "guard.approval.wait_ms"
 ATTEMPTS = "guard.attempts"
 OUTCOME = "guard.outcome"
 EFFECT = "guard.effect"
@@ -213,6 +217,19 @@ CALL_ATTRIBUTES: tuple[Attribute, ...] = (
         "string",
         "p_7d1e9b0a3c55",
         "Keyed hash of who decided a resumed call (approved, denied); absent for expiries.",
+    ),
+    _a(
+        APPROVAL_DECIDED_AT,
+        "double",
+        "1764633600.25",
+        "When the human decided (or the action lapsed), seconds since the epoch by the guard's "
+        "clock; on resumed calls.",
+    ),
+    _a(
+        APPROVAL_WAIT_MS,
+        "double",
+        "192000.0",
+        "How long after the request the decision came, milliseconds; on resumed calls.",
     ),
     _a(APPROVAL_ID, "string", "apr_1b2c3d", "The pending action the call created or resumed."),
     _a(

@@ -277,6 +277,12 @@ def call_attributes(
             items.append((attr.APPROVAL_OUTCOME, call.decision))
             if call.approval.decided_by is not None:
                 items.append((attr.APPROVER, masker.principal(call.approval.decided_by)))
+            decided_at = call.approval.decided_at
+            if decided_at is not None:
+                items += [
+                    (attr.APPROVAL_DECIDED_AT, float(decided_at)),
+                    (attr.APPROVAL_WAIT_MS, (decided_at - call.approval.created_at) * 1000.0),
+                ]
         elif code in _PENDING_CODES:
             items.append((attr.APPROVAL_OUTCOME, "pending"))
     key = result.idempotency_key or call.idempotency_key

@@ -13,7 +13,7 @@ from typing import Any
 import streamlit as st
 
 from analytics import reconstruct
-from analytics.render import enumeration_lines
+from analytics.render import decision_lines, enumeration_lines
 from telemetry import attributes as A
 
 from .. import charts, data, fmt, safe
@@ -144,6 +144,8 @@ def _trace(ctx: PageContext, view: reconstruct.TraceView) -> None:
     if view.approvals:
         st.markdown("**Approval history**")
         _call_table(view.approvals)
+        for line in decision_lines(view.approvals):
+            st.caption(safe.text(line))
     _reproduce(ctx, view)
 
 

@@ -14,8 +14,15 @@ import telemetry
 from analytics.cli import trace_command
 from analytics.load import connect, load
 from guard.shop import build_shop
+from guard.testing import ManualClock
 
 KEY = "evidence-test-key"
+REFUND = {
+    "order_id": "ORD-1001",
+    "amount_cents": 2590,
+    "currency": "BRL",
+    "reason": "damaged",
+}
 
 
 @pytest.fixture(scope="module")
@@ -25,11 +32,18 @@ def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     trail = telemetry.configure(
         service_name="evidence", trail_dir=tmp / "trail", masking_key=KEY, mask_logs=False
     )
-    shop = build_shop(observer=trail.observer)
+    clock = ManualClock()
+    shop = build_shop(observer=trail.observer, clock=clock)
     session = shop.session("probe", "CUS-1")
     for n in range(9085, 9097):
         session.execute("get_order", json.dumps({"order_id": f"ORD-{n}"}))
     session.execute("search_refund_policy", json.dumps({"query": "refund in full"}))
+    buyer = shop.session("buyer", "CUS-1")
+    buyer.execute("get_order", json.dumps({"order_id": "ORD-1001"}))
+    asked = buyer.execute("refund_order", json.dumps(REFUND))
+    assert asked.approval_id is not None
+    clock.advance(192)
+    assert shop.guard.approve(asked.approval_id, by="agent-7").ok
     trail.shutdown()
     database = tmp / "evidence.duckdb"
     con = connect(database)
@@ -43,7 +57,9 @@ def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _session_id(db: Path) -> str:
     con = connect(db, read_only=True)
     try:
-        row = con.execute("SELECT session FROM calls LIMIT 1").fetchone()
+        row = con.execute(
+            "SELECT session FROM calls WHERE code = 'NOT_FOUND' GROUP BY 1 ORDER BY count(*) DESC"
+        ).fetchone()
     finally:
         con.close()
     assert row is not None
@@ -93,3 +109,22 @@ class TestInjectionEvidence:
         assert result.exit_code == 0, result.output
         [line] = [x for x in result.output.splitlines() if "the text that matched" in x]
         assert "ignore previous instructions" in line.lower()
+
+
+class TestWhoDecided:
+    def test_the_decider_when_and_how_long(self, db: Path) -> None:
+        """The approval history says who decided (the keyed hash, labelled), when, and how long
+        after the request; never the raw name."""
+        con = connect(db, read_only=True)
+        try:
+            row = con.execute("SELECT trace_id FROM calls WHERE resumed").fetchone()
+        finally:
+            con.close()
+        assert row is not None
+        result = CliRunner().invoke(
+            trace_command, [str(row[0]), "--db", str(db)], terminal_width=250
+        )
+        assert result.exit_code == 0, result.output
+        [line] = [x for x in result.output.splitlines() if "keyed hash of the approver" in x]
+        assert ": approved by p_" in line and "agent-7" not in result.output
+        assert "at 2026-01-01 00:03:12 UTC" in line and "192 s after it was asked" in line
