@@ -14,6 +14,7 @@ from analytics.cli import (
     report_command,
     trace_command,
 )
+from callgate._errors import OneLineErrors
 from callgate.approvals import approvals
 from callgate.codes import codes_command
 from callgate.evaluation.cli import eval_command
@@ -26,7 +27,7 @@ from telemetry.verify import verify_command
 __all__ = ["main"]
 
 
-@click.group()
+@click.group(cls=OneLineErrors)
 @click.version_option(package_name="callgate")
 def main() -> None:
     """callgate: a deterministic, observable gate between an agent's tool calls and your APIs."""

@@ -73,6 +73,12 @@ def dashboard(
             load_rules(alerts)
         except RulesError as exc:
             raise click.ClickException(str(exc)) from exc
+    if db is not None and db.exists():
+        try:  # a wrong file is said now, in one line, not on every page of the browser
+            with database.open_database(db):
+                pass
+        except database.DatabaseError as exc:
+            raise click.ClickException(str(exc)) from exc
     if db is not None and not db.exists():
         click.echo(f"note: {db} does not exist yet; the dashboard waits for `callgate load`.")
     try:

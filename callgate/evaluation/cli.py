@@ -134,7 +134,12 @@ def _store(
 
     from analytics.evals import save_eval_run
 
-    with duckdb.connect(db) as con:
+    try:
+        con = duckdb.connect(db)
+    except duckdb.Error as exc:  # not DuckDB, locked by a writer, a directory...
+        reason = "is not a DuckDB database" if "not a valid DuckDB" in str(exc) else "cannot open"
+        raise click.ClickException(f"--db {db} {reason}: give a DuckDB file") from exc
+    with con:
         save_eval_run(
             con,
             run_id=uuid.uuid4().hex[:12],
