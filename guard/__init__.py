@@ -3,10 +3,17 @@
 from guard.call import Call, Reservation, RetryRecord, StageRecord
 from guard.clock import Clock, SystemClock
 from guard.codes import Code, DomainCode, ReasonCode
-from guard.errors import ConfigurationError, GuardError, RuleViolation, TransientError
+from guard.errors import (
+    ConfigurationError,
+    GuardError,
+    HumanRequired,
+    RuleViolation,
+    TransientError,
+)
 from guard.observe import BaseObserver, MultiObserver, NullObserver, Observer
 from guard.pipeline import ApprovalNotFound, Guard, Session
-from guard.policy import AmountLimit, Policy, RateLimit, RolePolicy
+from guard.policy import AmountLimit, Policy, RateLimit, RolePolicy, TaintMode
+from guard.provenance import Provenance, ProvenanceHit, ValueSource
 from guard.registry import (
     CheckContext,
     Effect,
@@ -37,6 +44,7 @@ __all__ = [
     "Effect",
     "Guard",
     "GuardError",
+    "HumanRequired",
     "MultiObserver",
     "NullObserver",
     "Observer",
@@ -45,6 +53,8 @@ __all__ = [
     "Prerequisite",
     "Principal",
     "Problem",
+    "Provenance",
+    "ProvenanceHit",
     "RateLimit",
     "ReasonCode",
     "Requirement",
@@ -58,10 +68,12 @@ __all__ = [
     "Session",
     "StageRecord",
     "SystemClock",
+    "TaintMode",
     "ToolContext",
     "ToolRegistry",
     "ToolResult",
     "ToolSpec",
     "TransientError",
+    "ValueSource",
     "tool",
 ]

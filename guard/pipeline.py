@@ -13,6 +13,7 @@ from guard.codes import Code, DomainCode
 from guard.errors import ConfigurationError, GuardError
 from guard.observe import NullObserver, Observer, wants_stage_events
 from guard.policy import Policy
+from guard.provenance import ProvenanceLedger
 from guard.registry import ToolRegistry, ToolSpec
 from guard.result import Outcome, ToolResult
 from guard.session import Principal
@@ -90,15 +91,17 @@ class Guard:
         if unknown := sorted(self.shadow_tools - set(self.registry)):
             raise ConfigurationError(f"shadow names unknown tools: {', '.join(unknown)}")
         self._shadowing = self.shadow_all or bool(self.shadow_tools)
+        counters = counters if counters is not None else MemoryCounterStore()
         self.env = Env(
             registry=self.registry,
             policy=policy,
             idempotency=idempotency if idempotency is not None else MemoryIdempotencyStore(),
             approvals=approvals if approvals is not None else MemoryApprovalStore(),
-            counters=counters if counters is not None else MemoryCounterStore(),
+            counters=counters,
             clock=clock if clock is not None else SystemClock(),
             observer=observer if observer is not None else NullObserver(),
             deps=deps,
+            provenance=_ledger(self.registry, policy, counters),
         )
         self.stages: list[Stage] = default_chain(self.env)
         self._resume_stages = self.stages[1:]  # a resumed call already paid its budget
@@ -404,6 +407,15 @@ class Session:
         self.previous_principal: Principal | None = None
         """Set by ``authenticate`` until the next call records the change on its span."""
 
+    def vouch(self, *values: object) -> None:
+        """Declare values as the user's own: their message (its e-mail addresses, IBANs, URLs and
+        ids too), the principal's own records. After untrusted text, a sink argument may carry
+        them without a human (argument-level ``Policy.taint_mode``). Kept in the counter store
+        with the session's other state; a guard that keeps no provenance ignores them."""
+        ledger = self.guard.env.provenance
+        if ledger is not None:
+            ledger.vouch(self.id, values, now=self.guard.env.clock.now())
+
     def next_turn(self) -> None:
         """Call on every new user message: the per-turn step budget starts again."""
         if self.called or self.turns_marked:
@@ -459,6 +471,20 @@ def _check_leases(registry: ToolRegistry, policy: Policy) -> None:
                 f"write tool {spec.name!r} may run {worst:g} s (timeout x attempts + backoff), "
                 f"not less than the claim lease of {policy.claim_lease:g} s"
             )
+
+
+def _ledger(
+    registry: ToolRegistry, policy: Policy, counters: CounterStore
+) -> ProvenanceLedger | None:
+    """The provenance ledger, when the policy keeps one: in the counter store, like taint."""
+    if not policy.keeps_provenance:
+        return None
+    return ProvenanceLedger(
+        counters=counters,
+        tools=tuple(registry),
+        ttl=policy.session_ttl,
+        limit=policy.provenance_limit,
+    )
 
 
 def _waived(call: Call, stage: Stage, result: ToolResult, registry: ToolRegistry) -> bool:

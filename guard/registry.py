@@ -12,7 +12,7 @@ import json
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
-from typing import Any, Generic, TypeAlias
+from typing import TYPE_CHECKING, Any, Generic, TypeAlias
 
 from pydantic import BaseModel
 from typing_extensions import TypeVar
@@ -23,6 +23,9 @@ from guard.patterns import ambiguous_constructs, schema_patterns
 from guard.result import Advisory
 from guard.session import Principal
 from guard.views import ResultView
+
+if TYPE_CHECKING:
+    from guard.provenance import Provenance
 
 __all__ = [
     "Authenticator",
@@ -162,10 +165,35 @@ class CheckContext(Generic[DepsT]):
     """The host's dependencies (``Guard(deps=...)``): backend clients, repositories, settings."""
     warnings: list[Advisory] = field(default_factory=list)
     """Warnings raised so far with ``warn``."""
+    human: tuple[ReasonCode, str | None] | None = None
+    """Set by ``ask_human``: the reason code and message the call waits for a human with."""
+    lookup: Callable[[object], Provenance] | None = None
+    """Set by the guard when it keeps provenance (``Policy.keeps_provenance``)."""
 
     def warn(self, code: ReasonCode, message: str | None = None) -> None:
         """Let the call through with a warning: the model reads it with the result, spans count it."""
         self.warnings.append(Advisory(code=code, message=message or f"{code.phrase} {code.advice}"))
+
+    def ask_human(self, code: ReasonCode | None = None, message: str | None = None) -> None:
+        """Let the call run only after a human approves it, with ``code`` (one of
+        ``guard.codes.HUMAN_GATES``; ``UNTRUSTED_VALUE`` by default) as the reason. The first
+        request of a call counts; a call a human approved does not ask again."""
+        if self.human is None:
+            from guard.codes import Code
+
+            self.human = (Code.UNTRUSTED_VALUE if code is None else code, message)
+
+    def provenance(self, value: object) -> Provenance:
+        """Where ``value`` (an exact value, or a token such as an e-mail address, IBAN, URL or id)
+        came from in this session: the first trusted and untrusted results that had it.
+
+        Raises ``ConfigurationError`` when the guard keeps no provenance (set
+        ``Policy.record_provenance`` or an argument-level ``taint_mode``)."""
+        if self.lookup is None:
+            raise ConfigurationError(
+                "this guard keeps no provenance: set Policy(record_provenance=True)"
+            )
+        return self.lookup(value)
 
 
 Handler: TypeAlias = Callable[[Any, ToolContext], Any | Awaitable[Any]]
@@ -216,6 +244,18 @@ class ToolSpec:
     """The fields the model may see; everything else the handler returns is dropped."""
     untrusted_output: bool = False
     """The result carries outside text (web pages, e-mails): the session is tainted after it runs."""
+    sinks: tuple[str, ...] | None = None
+    """Arguments that say where an effect lands or data goes (a recipient, an account, a URL, an
+    amount, a file to delete): argument-level taint checks their values' provenance. Also marked
+    with ``Field(json_schema_extra={"sink": True})``. ``()`` declares that the tool has none;
+    a tool that declares neither is gated session-wide in every taint mode."""
+    egress: bool = False
+    """A read that sends data outward (fetch a URL, post to a webhook): gated after untrusted
+    output like a write."""
+    risk_by: Callable[[Any, CheckContext], Risk] | None = None
+    """The risk of this call from its validated arguments (an amount above a threshold, a
+    recipient outside the principal's own accounts); ``risk`` when absent. A write at or above
+    ``Policy.confirm_at`` waits for a human."""
     timeout: float | None = 10.0
     """Seconds per attempt."""
     retry: RetryPolicy = field(default_factory=RetryPolicy)
@@ -266,6 +306,21 @@ class ToolSpec:
             if isinstance(info.json_schema_extra, dict) and info.json_schema_extra.get("sensitive")
         )
         object.__setattr__(self, "sensitive_fields", self.sensitive_fields | sensitive)
+        marked = tuple(
+            name
+            for name, info in self.arguments.model_fields.items()
+            if isinstance(info.json_schema_extra, dict) and info.json_schema_extra.get("sink")
+        )
+        sinks = tuple(dict.fromkeys((*(self.sinks or ()), *marked)))
+        for name in sinks:
+            if name not in self.arguments.model_fields:
+                raise ConfigurationError(f"tool {self.name!r}: sink {name!r} is not an argument")
+        object.__setattr__(self, "sink_fields", sinks)
+        object.__setattr__(self, "declares_sinks", self.sinks is not None or bool(marked))
+        if self.egress and self.effect is Effect.WRITE:
+            raise ConfigurationError(
+                f"tool {self.name!r}: egress is for reads; a write is gated as a write already"
+            )
         object.__setattr__(self, "constraints", self.constraints + _validator_rules(self.arguments))
         # pydantic's validator and serializer called directly: half the cost of model_validate and
         # model_dump_json, which matters on a path every call takes.
@@ -289,6 +344,16 @@ class ToolSpec:
     """The tool changes the world (derived from ``effect``)."""
     is_async: bool = field(init=False, default=False)
     """The handler is a coroutine function (derived)."""
+    sink_fields: tuple[str, ...] = field(init=False, default=())
+    """Every sink argument: ``sinks`` and the fields marked ``"sink"`` (derived)."""
+    declares_sinks: bool = field(init=False, default=False)
+    """The tool says which arguments are sinks (possibly none), so argument-level taint applies
+    (derived)."""
+
+    @property
+    def gated_by_taint(self) -> bool:
+        """Untrusted output in the session can make this tool wait: a write or an egress read."""
+        return self.is_write or self.egress
 
     def validate(self, data: Any) -> BaseModel:
         """Strict validation of decoded JSON into the argument model; raises ``ValidationError``."""

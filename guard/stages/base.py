@@ -12,6 +12,7 @@ from guard.clock import Clock
 from guard.codes import ReasonCode
 from guard.observe import Observer
 from guard.policy import Policy
+from guard.provenance import ProvenanceLedger
 from guard.registry import ToolRegistry
 from guard.result import Outcome, ToolResult
 from guard.stores.base import ApprovalStore, CounterStore, IdempotencyStore
@@ -46,6 +47,8 @@ class Env:
     observer: Observer
     deps: Any = None
     """The host's dependencies, handed to every check and handler (``CheckContext.deps``)."""
+    provenance: ProvenanceLedger | None = None
+    """Where values came from, when the policy keeps provenance (``Policy.keeps_provenance``)."""
 
 
 def reject(

@@ -197,6 +197,15 @@ class ExecuteStage:
             )
         if spec.name in env.registry.kept:  # what later prerequisites of the session ask for
             remember(call, env, now)
+        if env.provenance is not None:  # before the taint mark: values first, then the gate opens
+            env.provenance.record(
+                call.session_id,
+                data,
+                tool=spec.name,
+                step=call.step,
+                trusted=not spec.untrusted_output,
+                now=now,
+            )
         if spec.untrusted_output:
             env.counters.incr(taint_key(call.session_id), now=now, ttl=policy.session_ttl)
             call.untrusted_text = tuple(_texts(data))

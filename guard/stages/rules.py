@@ -9,13 +9,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from guard.call import Call
-from guard.codes import Code
-from guard.errors import RuleViolation, TransientError
+from guard.codes import Code, ReasonCode
+from guard.errors import HumanRequired, RuleViolation, TransientError
+from guard.provenance import Provenance
 from guard.registry import CheckContext, Prerequisite, SeenIn, ToolSpec
 from guard.result import Problem, ToolResult
 from guard.stages.base import Env, reject
 
-__all__ = ["RuleStage", "ran_key", "remember", "seen_key", "value_key"]
+__all__ = ["RuleStage", "check_context", "ran_key", "remember", "seen_key", "value_key"]
 
 log = logging.getLogger("guard")
 
@@ -55,11 +56,11 @@ class RuleStage:
                 return missing
         if spec.check is None:
             return None
-        context: CheckContext[Any] = CheckContext(
-            principal=call.principal, session_id=call.session_id, deps=self.env.deps
-        )
+        context = check_context(call, self.env)
         try:
             spec.check(arguments, context)
+        except HumanRequired as asked:
+            context.ask_human(asked.code, asked.message)
         except RuleViolation as violation:
             call.problems = violation.problems
             return reject(
@@ -83,6 +84,8 @@ class RuleStage:
             return reject(call, Code.INTERNAL_ERROR, _INTERNAL)
         if context.warnings:
             call.warnings = tuple(context.warnings)
+        if context.human is not None and call.approval is None:
+            return _ask_human(call, *context.human)
         return None
 
     def _missing(
@@ -138,6 +141,30 @@ class RuleStage:
             f"the {need.field} it returns, then call {spec.name} again; do not guess ids.",
             data={"problems": [p.to_dict() for p in problems], "call_first": list(need.tools)},
         )
+
+
+def check_context(call: Call, env: Env) -> CheckContext[Any]:
+    """What a check (or ``risk_by``) of ``call`` may know: who asks, the deps, the provenance."""
+    ledger = env.provenance
+    lookup = None
+    if ledger is not None:
+        session_id, now = call.session_id, call.now
+
+        def lookup(value: object) -> Provenance:
+            return ledger.lookup(session_id, value, now=now)
+
+    return CheckContext(
+        principal=call.principal, session_id=call.session_id, deps=env.deps, lookup=lookup
+    )
+
+
+def _ask_human(call: Call, code: ReasonCode, message: str | None) -> ToolResult | None:
+    """A check asked for a human: the confirm stage asks, once, with the check's reason."""
+    if not (isinstance(code, Code) and code.asks_human):
+        log.error("check of %s asked for a human with %s, not a human-gate code", call.tool, code)
+        return reject(call, Code.INTERNAL_ERROR, _INTERNAL)
+    call.needs_human, call.human_message = code, message
+    return None
 
 
 def remember(call: Call, env: Env, now: float) -> None:
