@@ -12,7 +12,7 @@ from guard.clock import Clock, SystemClock
 from guard.codes import Code, DomainCode
 from guard.errors import ConfigurationError, GuardError
 from guard.observe import NullObserver, Observer, wants_stage_events
-from guard.policy import Policy
+from guard.policy import Policy, TaintMode
 from guard.provenance import ProvenanceLedger
 from guard.registry import ToolRegistry, ToolSpec
 from guard.result import Outcome, ToolResult
@@ -476,8 +476,12 @@ def _check_leases(registry: ToolRegistry, policy: Policy) -> None:
 def _ledger(
     registry: ToolRegistry, policy: Policy, counters: CounterStore
 ) -> ProvenanceLedger | None:
-    """The provenance ledger, when the policy keeps one: in the counter store, like taint."""
-    if not policy.keeps_provenance:
+    """The provenance ledger, in the counter store like taint: when the host asks for it, or
+    when an argument-level taint mode has a tool with sink arguments to check."""
+    argument_level = policy.taint_mode is not TaintMode.SESSION and any(
+        spec.declares_sinks for spec in registry.values()
+    )
+    if not (policy.record_provenance or argument_level):
         return None
     return ProvenanceLedger(
         counters=counters,

@@ -15,11 +15,12 @@ class TaintMode(StrEnum):
     """What untrusted output in a session makes a write (or an egress read) wait for a human."""
 
     SESSION = "session"
-    """Every write and egress read after it (``TAINTED_CONTEXT``): the coarse default."""
+    """Every write and egress read after it (``TAINTED_CONTEXT``): capability separation."""
     VOUCHED = "vouched"
-    """A call whose sink argument carries a value no trusted source vouches for (the user's
-    values the host declared, trusted tool results): ``UNTRUSTED_VALUE``. Tools that declare no
-    sinks are gated as in ``SESSION``."""
+    """The default. A call whose sink argument carries a value no trusted source vouches for (the
+    user's values the host declared, trusted tool results): ``UNTRUSTED_VALUE``. Tools that
+    declare no sinks are gated as in ``SESSION``, so a deployment that declares none sees no
+    difference."""
     UNTRUSTED = "untrusted"
     """Only a call whose sink argument carries a value seen in untrusted output, in any
     re-encoding, and in no trusted source (``UNTRUSTED_VALUE``). Weaker: a value the model
@@ -94,20 +95,16 @@ class Policy:
     taint_requires_confirmation: bool = True
     """After an untrusted result, writes need a human (capability separation); ``taint_mode``
     says which ones."""
-    taint_mode: TaintMode = TaintMode.SESSION
-    """Session-wide (every write after untrusted output) or argument-level (a sink argument
-    whose value no trusted source vouches for). See docs/security.md, "Value provenance"."""
+    taint_mode: TaintMode = TaintMode.VOUCHED
+    """Argument-level (a sink argument whose value no trusted source vouches for waits; tools
+    without declared sinks are gated session-wide) or session-wide (every write after untrusted
+    output). See docs/security.md, "Value provenance", for the measurements behind the default."""
     record_provenance: bool = False
-    """Keep every session's value provenance (``CheckContext.provenance``) even in
-    ``TaintMode.SESSION``; the argument-level modes always keep it."""
+    """Keep every session's value provenance (``CheckContext.provenance``) whatever the tools
+    declare; without it, provenance is kept when an argument-level mode has a tool with sinks."""
     provenance_limit: int = 4_096
     """Values kept per session. Past it nothing is forgotten: new values go unrecorded and every
     value no trusted source vouches for counts as untrusted."""
-
-    @property
-    def keeps_provenance(self) -> bool:
-        """Tool results are recorded value by value."""
-        return self.record_provenance or self.taint_mode is not TaintMode.SESSION
 
     def role(self, name: str) -> RolePolicy | None:
         return self.roles.get(name)

@@ -31,7 +31,7 @@ import unicodedata
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import unquote, urlsplit
 
 from guard.stores.base import CounterStore, StoreFull
 
@@ -101,10 +101,30 @@ def tokens(text: str) -> set[str]:
             word = word.rsplit(":", 1)[-1]  # mailto:a@b.example, to:a@b.example
         if len(word) >= 3 and any(c in _IDENTIFIER for c in word):
             found.add(word)
+            found.update(_parts(word))
             if len(found) >= _PER_STRING:
                 return found
     found.update(match.group() for match in _GROUPED_IBAN.finditer(head))
     return found
+
+
+def _parts(word: str) -> tuple[str, ...]:
+    """Where a URL or an address points, so a value built on an attacker's URL (the user's data
+    appended as a query) or mailbox domain still shares a token with it: the origin and the URL
+    without its query, or ``@domain``."""
+    if "://" in word:
+        try:
+            url = urlsplit(word)
+        except ValueError:
+            return ()
+        if not url.netloc:
+            return ()
+        origin = f"{url.scheme}://{url.netloc}"
+        return (origin, origin + url.path) if url.path not in ("", "/") else (origin,)
+    if "@" in word:
+        domain = word.rsplit("@", 1)[1]
+        return (f"@{domain}",) if "." in domain else ()
+    return ()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -168,7 +168,8 @@ class CheckContext(Generic[DepsT]):
     human: tuple[ReasonCode, str | None] | None = None
     """Set by ``ask_human``: the reason code and message the call waits for a human with."""
     lookup: Callable[[object], Provenance] | None = None
-    """Set by the guard when it keeps provenance (``Policy.keeps_provenance``)."""
+    """Set by the guard when it keeps provenance (``Policy.record_provenance``, or an
+    argument-level ``taint_mode`` with tools that declare sinks)."""
 
     def warn(self, code: ReasonCode, message: str | None = None) -> None:
         """Let the call through with a warning: the model reads it with the result, spans count it."""

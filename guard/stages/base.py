@@ -48,7 +48,7 @@ class Env:
     deps: Any = None
     """The host's dependencies, handed to every check and handler (``CheckContext.deps``)."""
     provenance: ProvenanceLedger | None = None
-    """Where values came from, when the policy keeps provenance (``Policy.keeps_provenance``)."""
+    """Where values came from, when the guard keeps provenance (see ``Policy.record_provenance``)."""
 
 
 def reject(
