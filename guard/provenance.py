@@ -80,7 +80,7 @@ def trusted_form(value: object) -> str:
 
 def skeleton(value: object) -> str:
     """The loose spelling untrusted output is kept under: re-encodings of a value share it."""
-    text = _text(value)
+    text = unicodedata.normalize("NFKC", _text(value))  # a fullwidth % is a %
     for _ in range(3):  # %2540 -> %40 -> @: a value URL-encoded twice
         decoded = unquote(text)
         if decoded == text:
@@ -99,13 +99,20 @@ def tokens(text: str) -> set[str]:
         word = word.strip(_EDGE)
         if "@" in word and "://" not in word:
             word = word.rsplit(":", 1)[-1]  # mailto:a@b.example, to:a@b.example
-        if len(word) >= 3 and any(c in _IDENTIFIER for c in word):
+        if len(word) >= 3 and _identifier(word):
             found.add(word)
             found.update(_parts(word))
             if len(found) >= _PER_STRING:
                 return found
     found.update(match.group() for match in _GROUPED_IBAN.finditer(head))
     return found
+
+
+def _identifier(word: str) -> bool:
+    """Holds a digit or one of ``@ / . _ - : # +``, also when encoded (``%40``, fullwidth)."""
+    return any(c in _IDENTIFIER for c in word) or any(
+        c in _IDENTIFIER for c in unicodedata.normalize("NFKC", unquote(word))
+    )
 
 
 def _parts(word: str) -> tuple[str, ...]:

@@ -74,7 +74,9 @@ class ModeSummary:
         return sum(run.goal_reached for run in self.runs)
 
 
-def build_guard(world: World, mode: TaintMode, counters: CounterStore | None = None) -> Guard:
+def build_guard(
+    world: World, mode: TaintMode, counters: CounterStore | None = None, limit: int = 4096
+) -> Guard:
     """A guard over the three domains with ``mode``; every tool allowed (the attack needs none
     the user lacks: that is the point of injection)."""
     tools = all_tools(world)
@@ -82,6 +84,7 @@ def build_guard(world: World, mode: TaintMode, counters: CounterStore | None = N
         roles={"user": RolePolicy(tools=frozenset(spec.name for spec in tools))},
         taint_mode=mode,
         rate_limit=None,
+        provenance_limit=limit,
     )
     return Guard(tools=tools, policy=policy, clock=ManualClock(), counters=counters)
 
