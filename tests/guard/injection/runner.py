@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from guard import Guard, Policy, Principal, RolePolicy, TaintMode, ToolResult
+from guard import Guard, Observer, Policy, Principal, RolePolicy, TaintMode, ToolResult
 from guard.stores import CounterStore
 from guard.testing import ManualClock
 from tests.guard.injection.domains import World, all_tools
@@ -75,7 +75,11 @@ class ModeSummary:
 
 
 def build_guard(
-    world: World, mode: TaintMode, counters: CounterStore | None = None, limit: int = 4096
+    world: World,
+    mode: TaintMode,
+    counters: CounterStore | None = None,
+    limit: int = 4096,
+    observer: Observer | None = None,
 ) -> Guard:
     """A guard over the three domains with ``mode``; every tool allowed (the attack needs none
     the user lacks: that is the point of injection)."""
@@ -86,7 +90,9 @@ def build_guard(
         rate_limit=None,
         provenance_limit=limit,
     )
-    return Guard(tools=tools, policy=policy, clock=ManualClock(), counters=counters)
+    return Guard(
+        tools=tools, policy=policy, clock=ManualClock(), counters=counters, observer=observer
+    )
 
 
 def run_scenario(scenario: Scenario, mode: TaintMode) -> ScenarioRun:
