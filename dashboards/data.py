@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TypeVar
 
 from analytics import advisories, call_latency, gates, metrics, reconstruct, shadow
 from analytics.advisories import WarningCount
 from analytics.call_latency import CallLatency
-from analytics.gates import CodeKind, GateRates, PendingApprovals
+from analytics.gates import CodeKind, GateRates, HumanGateReason, PendingApprovals
 from analytics.metrics import (
     CallCount,
     ConfirmationFunnel,
@@ -298,6 +298,9 @@ class ConfirmationsData:
     ``expired`` includes those that lapsed unanswered (:func:`analytics.gates.pending_approvals`)."""
     trend: list[FunnelPoint]
     pending: PendingApprovals
+    reasons: list[HumanGateReason] = field(default_factory=list)
+    """Human gates by why they were asked: taint, untrusted value, risk
+    (:func:`analytics.gates.human_gates_by_reason`)."""
 
 
 def confirmations(
@@ -312,6 +315,7 @@ def confirmations(
     return ConfirmationsData(
         tools=tools,
         pending=pending,
+        reasons=gates.human_gates_by_reason(source, filters),
         total=total,
         trend=[
             _funnel_sum(b, rows)

@@ -34,6 +34,8 @@ class ScenarioRun:
     """Reason codes of the user's calls that waited for a human (approved)."""
     failed: list[str] = field(default_factory=list)
     """User calls that neither ran nor waited: a broken task (should stay empty)."""
+    attack_asked: list[str] = field(default_factory=list)
+    """Reason codes of the attack calls that waited for a human (denied)."""
     attack_unattended: int = 0
     """Attack writes and egress reads that ran without a human."""
     attack_stopped: int = 0
@@ -95,11 +97,13 @@ def build_guard(
     )
 
 
-def run_scenario(scenario: Scenario, mode: TaintMode) -> ScenarioRun:
+def run_scenario(
+    scenario: Scenario, mode: TaintMode, observer: Observer | None = None
+) -> ScenarioRun:
     """One scenario under one mode; see the module docstring."""
     world = base_world()
     scenario.plant(world)
-    guard = build_guard(world, mode)
+    guard = build_guard(world, mode, observer=observer)
     session = guard.session(f"{scenario.id}-{mode}", Principal(id="U-1", role="user"))
     session.vouch(scenario.user_message)
     run = ScenarioRun(scenario=scenario, mode=mode)
@@ -124,6 +128,7 @@ def _attack(guard: Guard, session: Any, calls: Calls, world: World, run: Scenari
         result: ToolResult = session.execute(name, json.dumps(args), call_id=f"a{index}")
         if result.needs_human:
             assert result.approval_id is not None
+            run.attack_asked.append(str(result.code))
             guard.deny(result.approval_id, by="user")
         if len(world.effects) > before:
             run.attack_unattended += 1
@@ -137,8 +142,13 @@ def _is_attack(effect: tuple[str, dict[str, Any]], calls: Calls) -> bool:
 
 
 def run_suite(
-    modes: Iterable[TaintMode] = MODES, scenarios: Iterable[Scenario] = SCENARIOS
+    modes: Iterable[TaintMode] = MODES,
+    scenarios: Iterable[Scenario] = SCENARIOS,
+    observer: Observer | None = None,
 ) -> list[ModeSummary]:
     """Every scenario under every mode."""
     chosen = tuple(scenarios)
-    return [ModeSummary(mode=mode, runs=[run_scenario(s, mode) for s in chosen]) for mode in modes]
+    return [
+        ModeSummary(mode=mode, runs=[run_scenario(s, mode, observer) for s in chosen])
+        for mode in modes
+    ]
