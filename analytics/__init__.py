@@ -64,6 +64,7 @@ from .reconstruct import (
     tainting_call,
     to_jsonable,
     trace,
+    value_source_call,
 )
 from .shadow import WouldHaveRejected, would_have_rejected
 
@@ -126,6 +127,7 @@ __all__ = [
     "to_jsonable",
     "trace",
     "trace_command",
+    "value_source_call",
     "warning_counts",
     "would_have_rejected",
 ]
