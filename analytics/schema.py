@@ -44,8 +44,9 @@ __all__ = [
     "column_name",
 ]
 
-SCHEMA_VERSION = 3
-"""Bumped when a table changes shape; stored in ``meta`` so an old database is recognised."""
+SCHEMA_VERSION = 4
+"""Bumped when a table changes shape; stored in ``meta`` so an old database is recognised (4: the
+approval-reason and provenance columns of issue 20)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
