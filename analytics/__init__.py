@@ -66,7 +66,7 @@ from .reconstruct import (
     trace,
     value_source_call,
 )
-from .shadow import WouldHaveRejected, would_have_rejected
+from .shadow import WouldHaveRejected, would_have_rejected, would_have_waited
 
 __all__ = [
     "DEFAULT_DB",
@@ -130,4 +130,5 @@ __all__ = [
     "value_source_call",
     "warning_counts",
     "would_have_rejected",
+    "would_have_waited",
 ]

@@ -207,6 +207,8 @@ class RejectionsData:
     """Warnings that let calls through, per tool and code."""
     shadow: list[WouldHaveRejected]
     """What shadow mode would have refused, per tool and code: apart from enforced rejections."""
+    shadow_waits: list[WouldHaveRejected] = field(default_factory=list)
+    """Shadow calls that would only have waited for a human: apart from the refusals."""
 
     def kind_of(self, code: str | None) -> str:
         """The kind (:data:`analytics.gates.GATE_KINDS`) of ``code``; policy refusal if unknown."""
@@ -225,6 +227,7 @@ def rejections(
         kinds=gates.code_kinds(source, filters),
         warnings=advisories.warning_counts(source, filters),
         shadow=shadow.would_have_rejected(source, filters),
+        shadow_waits=shadow.would_have_waited(source, filters),
     )
 
 
