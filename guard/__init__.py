@@ -15,6 +15,7 @@ from guard.pipeline import ApprovalNotFound, Guard, Session
 from guard.policy import AmountLimit, Policy, RateLimit, RolePolicy, TaintMode
 from guard.provenance import Provenance, ProvenanceHit, ValueSource
 from guard.registry import (
+    AnyOf,
     CheckContext,
     Effect,
     Prerequisite,
@@ -33,6 +34,7 @@ from guard.session import Principal
 __all__ = [
     "Advisory",
     "AmountLimit",
+    "AnyOf",
     "ApprovalNotFound",
     "BaseObserver",
     "Call",

@@ -136,6 +136,8 @@ class Call:
     """Shadow mode: whether the model could have fixed the would-be rejection."""
     turns_marked: bool = False
     """The host marks turns (``Session.next_turn``): the per-turn ceiling applies."""
+    deps: Any = None
+    """The session's own dependencies, when it has them; None: the guard's (``Env.deps``)."""
 
     @property
     def stages(self) -> list[StageRecord]:

@@ -20,6 +20,7 @@ from typing_extensions import TypeVar
 from guard.codes import DomainCode, ReasonCode, code_table
 from guard.errors import ConfigurationError
 from guard.patterns import ambiguous_constructs, schema_patterns
+from guard.refusals import check_refusals
 from guard.result import Advisory
 from guard.session import Principal
 from guard.views import ResultView
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from guard.provenance import Provenance
 
 __all__ = [
+    "AnyOf",
     "Authenticator",
     "CheckContext",
     "Effect",
@@ -113,16 +115,44 @@ class SeenIn:
     """This tool's argument (a scalar, or a list of scalars)."""
     tool: str | tuple[str, ...]
     """The tool (or any of several) whose results count."""
-    path: str
-    """Where in that tool's result the values are: ``items.*.item_id``."""
+    path: str | tuple[str, ...]
+    """Where in that tool's result the values are: ``items.*.item_id``; or several places, any of
+    which counts (``("items.*.item_id", "exchanges.*.new_item_id")``)."""
 
     @property
     def tools(self) -> tuple[str, ...]:
         """The tools whose results count."""
         return (self.tool,) if isinstance(self.tool, str) else tuple(self.tool)
 
+    @property
+    def paths(self) -> tuple[str, ...]:
+        """The places in those results whose values count."""
+        return (self.path,) if isinstance(self.path, str) else tuple(self.path)
 
-Requirement: TypeAlias = Prerequisite | SeenIn
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AnyOf:
+    """Either-or across requirements: any one of ``options`` satisfied is enough.
+
+    ``AnyOf(options=(SeenIn(field="payment_method_id", tool="get_user_details",
+    path="payment_methods.*.id"), Prerequisite(tool="add_payment_method")))``: a method the
+    profile listed, or one the user just added. When none holds, the model is told each way."""
+
+    options: tuple[Prerequisite | SeenIn, ...]
+    """The requirements, any one of which will do (in the order the model is told them)."""
+
+    @property
+    def field(self) -> str | None:
+        """None: the options name their own fields."""
+        return None
+
+    @property
+    def tools(self) -> tuple[str, ...]:
+        """Every tool any option names."""
+        return tuple(dict.fromkeys(t for option in self.options for t in option.tools))
+
+
+Requirement: TypeAlias = Prerequisite | SeenIn | AnyOf
 """What must have happened earlier in the session before a tool may run."""
 
 
@@ -253,6 +283,10 @@ class ToolSpec:
     egress: bool = False
     """A read that sends data outward (fetch a URL, post to a webhook): gated after untrusted
     output like a write."""
+    refusals: Mapping[type[Exception], ReasonCode] = field(default_factory=dict)
+    """The tool library's own exceptions and the codes they mean (``{OrderNotFound:
+    Code.NOT_FOUND}``): raised by the handler or the check, they are refusals with that code, as
+    ``RuleViolation`` is; the guard's ``refusals=`` apply to every tool, these win."""
     risk_by: Callable[[Any, CheckContext], Risk] | None = None
     """The risk of this call from its validated arguments (an amount above a threshold, a
     recipient outside the principal's own accounts); ``risk`` when absent. A write at or above
@@ -280,7 +314,10 @@ class ToolSpec:
                 f"tool {self.name!r}: argument model {self.arguments.__name__} must set extra='forbid'"
             )
         requires = ((self.prerequisite,) if self.prerequisite else ()) + tuple(self.requires)
-        for need in requires:
+        for any_of in requires:
+            if isinstance(any_of, AnyOf) and not any_of.options:
+                raise ConfigurationError(f"tool {self.name!r}: AnyOf names no requirement")
+        for need in _flat(requires):
             if need.field is not None and need.field not in self.arguments.model_fields:
                 raise ConfigurationError(
                     f"tool {self.name!r}: prerequisite field {need.field!r} is not an argument"
@@ -291,6 +328,7 @@ class ToolSpec:
         for code in self.codes:
             if not isinstance(code, DomainCode):
                 raise ConfigurationError(f"tool {self.name!r}: {code!r} is not a DomainCode")
+        check_refusals(self.refusals, f"tool {self.name!r}")
         if self.record_field and self.record_field not in self.arguments.model_fields:
             raise ConfigurationError(
                 f"tool {self.name!r}: record_field {self.record_field!r} is not an argument"
@@ -412,6 +450,15 @@ class ToolSpec:
         return cached
 
 
+def _flat(requires: Iterable[Requirement]) -> Iterator[Prerequisite | SeenIn]:
+    """Every requirement, those inside ``AnyOf`` included."""
+    for need in requires:
+        if isinstance(need, AnyOf):
+            yield from need.options
+        else:
+            yield need
+
+
 def _validator_rules(model: type[BaseModel]) -> tuple[str, ...]:
     """The first docstring line of each model validator: the cross-field rules, in words."""
     validators = model.__pydantic_decorators__.model_validators.values()
@@ -466,7 +513,7 @@ class ToolRegistry(Mapping[str, ToolSpec]):
         runs: set[str] = set()
         kept: dict[str, set[str]] = {}
         for spec in specs.values():
-            for need in spec.requirements:
+            for need in _flat(spec.requirements):
                 for name in need.tools:
                     other = specs.get(name)
                     if other is None:
@@ -474,7 +521,7 @@ class ToolRegistry(Mapping[str, ToolSpec]):
                             f"tool {spec.name!r} requires unknown tool {name!r}"
                         )
                     if isinstance(need, SeenIn):
-                        kept.setdefault(name, set()).add(need.path)
+                        kept.setdefault(name, set()).update(need.paths)
                     elif need.field is None:
                         runs.add(name)
                     elif other.record_field is None:
@@ -486,8 +533,13 @@ class ToolRegistry(Mapping[str, ToolSpec]):
         self.results_kept = {name: tuple(sorted(paths)) for name, paths in kept.items()}
         self.kept: frozenset[str] = self.runs_kept | frozenset(self.results_kept)
         """Tools whose successes ``remember`` records (beyond their record)."""
+        mapped = (c for spec in specs.values() for c in spec.refusals.values())
         self.codes: dict[str, ReasonCode] = code_table(
-            [*codes, *(code for spec in specs.values() for code in spec.codes)]
+            [
+                *codes,
+                *(code for spec in specs.values() for code in spec.codes),
+                *(code for code in mapped if isinstance(code, DomainCode)),
+            ]
         )
         """Every code a call can end with, by spelling: the core codes, then the domain's."""
         self.authenticating: tuple[str, ...] = tuple(

@@ -12,7 +12,8 @@ from guard.call import Call
 from guard.codes import Code, ReasonCode
 from guard.errors import HumanRequired, RuleViolation, TransientError
 from guard.provenance import Provenance
-from guard.registry import CheckContext, Prerequisite, SeenIn, ToolSpec
+from guard.refusals import as_refusal
+from guard.registry import AnyOf, CheckContext, Requirement, SeenIn, ToolSpec
 from guard.result import Problem, ToolResult
 from guard.stages.base import Env, reject
 
@@ -58,7 +59,10 @@ class RuleStage:
             return None
         context = check_context(call, self.env)
         try:
-            spec.check(arguments, context)
+            try:
+                spec.check(arguments, context)
+            except Exception as error:  # a library's own exception, mapped to a refusal
+                raise as_refusal(error, spec.refusals, self.env.refusals) or error from None
         except HumanRequired as asked:
             context.ask_human(asked.code, asked.message)
         except RuleViolation as violation:
@@ -88,10 +92,10 @@ class RuleStage:
             return _ask_human(call, *context.human)
         return None
 
-    def _missing(
-        self, call: Call, spec: ToolSpec, need: Prerequisite | SeenIn
-    ) -> ToolResult | None:
+    def _missing(self, call: Call, spec: ToolSpec, need: Requirement) -> ToolResult | None:
         counters, now, sid = self.env.counters, call.now, call.session_id
+        if isinstance(need, AnyOf):
+            return self._none_of(call, spec, need)
         if isinstance(need, SeenIn):
             return self._unseen(call, spec, need)
         tools = need.tools
@@ -115,6 +119,27 @@ class RuleStage:
             data={"call_first": list(tools)},
         )
 
+    def _none_of(self, call: Call, spec: ToolSpec, need: AnyOf) -> ToolResult | None:
+        """Either-or: the first option that holds lets the call through; when none does, the
+        model is told every way, and the problems of them all are kept."""
+        missing: list[ToolResult] = []
+        found: list[Problem] = []
+        for option in need.options:
+            call.problems = ()
+            if (result := self._missing(call, spec, option)) is None:
+                return None
+            missing.append(result)
+            found += call.problems
+        call.problems = tuple(found)
+        problems = [p for r in missing for p in (r.data or {}).get("problems", ())]
+        call_first = list(dict.fromkeys(t for r in missing for t in (r.data or {})["call_first"]))
+        return reject(
+            call,
+            Code.PREREQUISITE_MISSING,
+            " Or: ".join(r.message for r in missing),
+            data={"call_first": call_first, **({"problems": problems} if problems else {})},
+        )
+
     def _unseen(self, call: Call, spec: ToolSpec, need: SeenIn) -> ToolResult | None:
         counters, now, sid = self.env.counters, call.now, call.session_id
         value = getattr(call.arguments, need.field)
@@ -123,12 +148,14 @@ class RuleStage:
             Problem(
                 path=f"/{need.field}" + ("" if index is None else f"/{index}"),
                 rule="seen_in",
-                expected=f"a value from a {_either(need.tools)} result ({need.path})",
+                expected=f"a value from a {_either(need.tools)} result ({_either(need.paths)})",
                 got=_got(item),
             )
             for index, item in items
             if not any(
-                counters.get(value_key(sid, name, need.path, item), now=now) for name in need.tools
+                counters.get(value_key(sid, name, path, item), now=now)
+                for name in need.tools
+                for path in need.paths
             )
         ]
         if not problems:
@@ -153,8 +180,9 @@ def check_context(call: Call, env: Env) -> CheckContext[Any]:
         def lookup(value: object) -> Provenance:
             return ledger.lookup(session_id, value, now=now)
 
+    deps = env.deps if call.deps is None else call.deps
     return CheckContext(
-        principal=call.principal, session_id=call.session_id, deps=env.deps, lookup=lookup
+        principal=call.principal, session_id=call.session_id, deps=deps, lookup=lookup
     )
 
 
