@@ -12,8 +12,8 @@ from guard.clock import Clock, SystemClock
 from guard.codes import Code, DomainCode
 from guard.errors import ConfigurationError, GuardError
 from guard.observe import NullObserver, Observer, wants_stage_events
-from guard.policy import Policy, TaintMode
-from guard.provenance import ProvenanceLedger
+from guard.policy import Policy
+from guard.provenance import ledger_for
 from guard.refusals import Refusals, check_refusals
 from guard.registry import ToolRegistry, ToolSpec
 from guard.result import Outcome, ToolResult
@@ -109,7 +109,7 @@ class Guard:
             observer=observer if observer is not None else NullObserver(),
             deps=deps,
             refusals=refusals,
-            provenance=_ledger(self.registry, policy, counters),
+            provenance=ledger_for(self.registry, policy, counters),
         )
         self.stages: list[Stage] = default_chain(self.env)
         self._resume_stages = self.stages[1:]  # a resumed call already paid its budget
@@ -494,24 +494,6 @@ def _check_leases(registry: ToolRegistry, policy: Policy) -> None:
                 f"write tool {spec.name!r} may run {worst:g} s (timeout x attempts + backoff), "
                 f"not less than the claim lease of {policy.claim_lease:g} s"
             )
-
-
-def _ledger(
-    registry: ToolRegistry, policy: Policy, counters: CounterStore
-) -> ProvenanceLedger | None:
-    """The provenance ledger, in the counter store like taint: when the host asks for it, or
-    when an argument-level taint mode has a tool with sink arguments to check."""
-    argument_level = policy.taint_mode is not TaintMode.SESSION and any(
-        spec.declares_sinks for spec in registry.values()
-    )
-    if not (policy.record_provenance or argument_level):
-        return None
-    return ProvenanceLedger(
-        counters=counters,
-        tools=tuple(registry),
-        ttl=policy.session_ttl,
-        limit=policy.provenance_limit,
-    )
 
 
 def _waived(call: Call, stage: Stage, result: ToolResult, registry: ToolRegistry) -> bool:

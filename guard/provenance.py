@@ -30,10 +30,14 @@ import re
 import unicodedata
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
+from guard.policy import Policy, TaintMode
 from guard.stores.base import CounterStore, StoreFull
+
+if TYPE_CHECKING:
+    from guard.registry import ToolRegistry
 
 __all__ = [
     "HOST_SLOT",
@@ -41,6 +45,7 @@ __all__ = [
     "ProvenanceHit",
     "ProvenanceLedger",
     "ValueSource",
+    "ledger_for",
     "skeleton",
     "tokens",
     "trusted_form",
@@ -306,3 +311,21 @@ def _count_key(session_id: str) -> str:
 
 def _open_key(session_id: str) -> str:
     return f"prov:{session_id}:open"
+
+
+def ledger_for(
+    registry: ToolRegistry, policy: Policy, counters: CounterStore
+) -> ProvenanceLedger | None:
+    """The provenance ledger, in the counter store like taint: when the host asks for it, or
+    when an argument-level taint mode has a tool with sink arguments to check."""
+    argument_level = policy.taint_mode is not TaintMode.SESSION and any(
+        spec.declares_sinks for spec in registry.values()
+    )
+    if not (policy.record_provenance or argument_level):
+        return None
+    return ProvenanceLedger(
+        counters=counters,
+        tools=tuple(registry),
+        ttl=policy.session_ttl,
+        limit=policy.provenance_limit,
+    )

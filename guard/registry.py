@@ -21,6 +21,7 @@ from guard.codes import DomainCode, ReasonCode, code_table
 from guard.errors import ConfigurationError
 from guard.patterns import ambiguous_constructs, schema_patterns
 from guard.refusals import check_refusals
+from guard.requirements import AnyOf, Prerequisite, Requirement, SeenIn, flat_requirements
 from guard.result import Advisory
 from guard.session import Principal
 from guard.views import ResultView
@@ -79,81 +80,6 @@ class RetryPolicy:
     """Cap on one backoff delay."""
     jitter: bool = True
     """Draw each delay uniformly from [0, delay] so a fleet does not retry in lockstep."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Prerequisite:
-    """Another tool (any one of several) must have succeeded earlier in the session.
-
-    ``Prerequisite(tool="get_order", field="order_id")``: ``get_order`` ran for the order this call
-    names. The record is matched by value: this tool's ``field`` against the required tool's
-    ``record_field``, so the names may differ (``order_id`` here, ``id`` there). Without ``field``
-    the required tool must simply have succeeded (``tool=("find_user_by_email", "find_user_by_zip")``).
-    """
-
-    tool: str | tuple[str, ...]
-    """The tool that must have run, or several of which any one will do."""
-    field: str | None = None
-    """This tool's argument naming the record; None: any successful call of the tool counts."""
-
-    @property
-    def tools(self) -> tuple[str, ...]:
-        """The tools any one of which satisfies the prerequisite."""
-        return (self.tool,) if isinstance(self.tool, str) else tuple(self.tool)
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class SeenIn:
-    """An argument's value must have appeared in an earlier result in this session.
-
-    ``SeenIn(field="payment_method_id", tool="get_user_details", path="payment_methods.*.id")``: the
-    payment method must be one the user's profile listed. ``path`` walks the result the model saw
-    (dots between keys, ``*`` for every item of a list). A list argument has each item checked.
-    """
-
-    field: str
-    """This tool's argument (a scalar, or a list of scalars)."""
-    tool: str | tuple[str, ...]
-    """The tool (or any of several) whose results count."""
-    path: str | tuple[str, ...]
-    """Where in that tool's result the values are: ``items.*.item_id``; or several places, any of
-    which counts (``("items.*.item_id", "exchanges.*.new_item_id")``)."""
-
-    @property
-    def tools(self) -> tuple[str, ...]:
-        """The tools whose results count."""
-        return (self.tool,) if isinstance(self.tool, str) else tuple(self.tool)
-
-    @property
-    def paths(self) -> tuple[str, ...]:
-        """The places in those results whose values count."""
-        return (self.path,) if isinstance(self.path, str) else tuple(self.path)
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class AnyOf:
-    """Either-or across requirements: any one of ``options`` satisfied is enough.
-
-    ``AnyOf(options=(SeenIn(field="payment_method_id", tool="get_user_details",
-    path="payment_methods.*.id"), Prerequisite(tool="add_payment_method")))``: a method the
-    profile listed, or one the user just added. When none holds, the model is told each way."""
-
-    options: tuple[Prerequisite | SeenIn, ...]
-    """The requirements, any one of which will do (in the order the model is told them)."""
-
-    @property
-    def field(self) -> str | None:
-        """None: the options name their own fields."""
-        return None
-
-    @property
-    def tools(self) -> tuple[str, ...]:
-        """Every tool any option names."""
-        return tuple(dict.fromkeys(t for option in self.options for t in option.tools))
-
-
-Requirement: TypeAlias = Prerequisite | SeenIn | AnyOf
-"""What must have happened earlier in the session before a tool may run."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -317,7 +243,7 @@ class ToolSpec:
         for any_of in requires:
             if isinstance(any_of, AnyOf) and not any_of.options:
                 raise ConfigurationError(f"tool {self.name!r}: AnyOf names no requirement")
-        for need in _flat(requires):
+        for need in flat_requirements(requires):
             if need.field is not None and need.field not in self.arguments.model_fields:
                 raise ConfigurationError(
                     f"tool {self.name!r}: prerequisite field {need.field!r} is not an argument"
@@ -450,15 +376,6 @@ class ToolSpec:
         return cached
 
 
-def _flat(requires: Iterable[Requirement]) -> Iterator[Prerequisite | SeenIn]:
-    """Every requirement, those inside ``AnyOf`` included."""
-    for need in requires:
-        if isinstance(need, AnyOf):
-            yield from need.options
-        else:
-            yield need
-
-
 def _validator_rules(model: type[BaseModel]) -> tuple[str, ...]:
     """The first docstring line of each model validator: the cross-field rules, in words."""
     validators = model.__pydantic_decorators__.model_validators.values()
@@ -513,7 +430,7 @@ class ToolRegistry(Mapping[str, ToolSpec]):
         runs: set[str] = set()
         kept: dict[str, set[str]] = {}
         for spec in specs.values():
-            for need in _flat(spec.requirements):
+            for need in flat_requirements(spec.requirements):
                 for name in need.tools:
                     other = specs.get(name)
                     if other is None:
