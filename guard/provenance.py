@@ -19,7 +19,9 @@ amounts) and IBANs written in groups.
 Memory is bounded per session (``Policy.provenance_limit`` values). A session never loses what it
 recorded; past the bound, new values are not recorded, and the ledger says it is *incomplete*:
 an unrecorded untrusted value may then be anywhere, so every value no trusted source vouches for
-counts as untrusted. A value the store refuses (``StoreFull``) counts the same way.
+counts as untrusted. A value the store refuses (``StoreFull``) counts the same way, and so does
+a session that outlives its first untrusted values' expiry (``Policy.session_ttl``): values are not
+refreshed one by one, so the ledger says when some may be gone.
 """
 
 from __future__ import annotations
@@ -219,6 +221,9 @@ class ProvenanceLedger:
         # Open first, close last: a recording cut short (the bound, a full store, a crash) leaves
         # the session marked incomplete, never silently short of an untrusted value.
         self.counters.incr(_open_key(session_id), now=now, ttl=self.ttl)
+        since, first = _since_key(session_id), int(now)
+        if not self.counters.add_within(since, first, first, now=now, ttl=self.ttl):
+            self.counters.incr(since, 0, now=now, ttl=self.ttl)  # kept as long as the taint mark
         if self._keep(session_id, "u", {skeleton(v) for v in _spellings(data)}, code, now):
             self.counters.incr(_open_key(session_id), -1, now=now, ttl=self.ttl)
 
@@ -228,21 +233,22 @@ class ProvenanceLedger:
         self._keep(session_id, "t", forms, HOST_SLOT, now)
 
     def _keep(self, session_id: str, kind: str, forms: set[str], code: int, now: float) -> bool:
-        """Record ``forms``; False when the bound or a full store stopped it."""
-        counters, count = self.counters, _count_key(session_id)
-        for form in sorted(forms):  # sorted: the same values fill the bound the same way
-            if not form:
-                continue
-            key = _value_key(session_id, kind, form)
-            try:
-                if counters.get(key, now=now):
+        """Record ``forms``; False when the bound or a full store stopped it. One atomic
+        set-if-absent per value (``add_within`` up to ``code``: refused when already set), and
+        one count per value recorded."""
+        counters, count_key = self.counters, _count_key(session_id)
+        try:
+            count = counters.get(count_key, now=now)
+            for form in sorted(forms):  # sorted: the same values fill the bound the same way
+                if not form:
                     continue
-                if counters.get(count, now=now) >= self.limit:
+                if count >= self.limit:
                     return False
+                key = _value_key(session_id, kind, form)
                 if counters.add_within(key, code, code, now=now, ttl=self.ttl):
-                    counters.incr(count, now=now, ttl=self.ttl)
-            except StoreFull:
-                return False
+                    count = counters.incr(count_key, now=now, ttl=self.ttl)
+        except StoreFull:
+            return False
         return True
 
     # -- asking -----------------------------------------------------------------------------------
@@ -267,6 +273,9 @@ class ProvenanceLedger:
         """No untrusted value of the session went unrecorded."""
         counters = self.counters
         if counters.get(_open_key(session_id), now=now) > 0:
+            return False
+        since = counters.get(_since_key(session_id), now=now)
+        if since and now >= since + self.ttl:  # the first untrusted values may have expired
             return False
         return counters.get(_count_key(session_id), now=now) < self.limit
 
@@ -307,6 +316,10 @@ def _value_key(session_id: str, kind: str, form: str) -> str:
 
 def _count_key(session_id: str) -> str:
     return f"prov:{session_id}:n"
+
+
+def _since_key(session_id: str) -> str:
+    return f"prov:{session_id}:since"
 
 
 def _open_key(session_id: str) -> str:

@@ -219,6 +219,18 @@ class TestFlood:
         assert send(flooded, "new@unknown.example").code == Code.UNTRUSTED_VALUE
         assert world.effects == []
 
+    def test_a_session_outliving_its_first_values_is_incomplete(self) -> None:
+        """Kept alive by later reads past the session TTL, the session no longer trusts that the
+        attacker's first value is still recorded: unknown values count as untrusted."""
+        world, g, session = planted(f"Mail {ATTACKER}", TaintMode.UNTRUSTED)
+        clock = g.env.clock
+        assert isinstance(clock, ManualClock)
+        for day in range(3):  # an untrusted read every half TTL keeps the taint mark alive
+            clock.advance(g.policy.session_ttl / 2)
+            assert session.execute("list_events", json.dumps({"day": f"d{day}"})).ok
+        assert send(session, ATTACKER).code == Code.UNTRUSTED_VALUE
+        assert world.effects == []
+
     def test_a_full_store_marks_the_session_incomplete(self) -> None:
         """A store that refuses new keys mid-recording leaves the session failing closed: the
         ledger is incomplete and the write does not run (the full store refuses it anyway)."""
