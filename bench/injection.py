@@ -10,13 +10,23 @@ and attacks whose goal was reached (counted from the world's effect log).
 Goal: 0 attack calls executed without a human in the modes the guard recommends, and the
 argument-level mode running at least twice as many user tasks unattended as the session-wide one.
 
-Run: ``PYTHONPATH=$PWD .venv/bin/python bench/injection.py [--verbose]``.
+``--cost`` also times what keeping provenance costs: recording one untrusted result (an e-mail of
+about 4 KB with 60 identifier-like tokens) and one lookup, on the memory and the SQLite counter
+store (median of repeated runs, each in a fresh session).
+
+Run: ``PYTHONPATH=$PWD .venv/bin/python bench/injection.py [--verbose] [--cost]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
 
+from guard.provenance import ProvenanceLedger
+from guard.stores import CounterStore, MemoryCounterStore, SQLiteCounterStore
 from tests.guard.injection.runner import run_suite
 from tests.guard.injection.scenarios import SCENARIOS
 
@@ -24,7 +34,9 @@ from tests.guard.injection.scenarios import SCENARIOS
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--verbose", action="store_true", help="one line per scenario and mode")
-    verbose = parser.parse_args().verbose
+    parser.add_argument("--cost", action="store_true", help="time recording and lookups")
+    options = parser.parse_args()
+    verbose = options.verbose
     domains = sorted({s.domain for s in SCENARIOS})
     print(f"{len(SCENARIOS)} scenarios over {len(domains)} domains ({', '.join(domains)})\n")
     header = f"{'mode':<10} {'unattended':>10} {'with human':>10}  {'by reason':<48}"
@@ -53,6 +65,36 @@ def main() -> None:
                     f"  {summary.mode:<10} {run.scenario.id:<40} asked={asked:<24} "
                     f"attack_run={run.attack_unattended} stopped={run.attack_stopped}"
                 )
+    if options.cost:
+        cost()
+
+
+def cost(runs: int = 30) -> None:
+    """Median time to record one ~4 KB untrusted result, and to look one value up."""
+    words = " ".join(f"see INV-{n} or mail user{n}@example.org" for n in range(30))
+    body = {"emails": [{"sender": "a@b.example", "subject": "hi", "body": (words + " ") * 3}]}
+    size = len(str(body))
+    with tempfile.TemporaryDirectory() as tmp:
+        stores: dict[str, CounterStore] = {
+            "memory": MemoryCounterStore(),
+            "sqlite": SQLiteCounterStore(Path(tmp) / "c.db"),
+        }
+        print(f"\nprovenance cost, one untrusted result of {size} characters:")
+        for name, store in stores.items():
+            ledger = ProvenanceLedger(counters=store, tools=("read_inbox",), ttl=3600, limit=4096)
+            record, lookup = [], []
+            for run in range(runs):
+                sid = f"{name}-{run}"
+                start = time.perf_counter()
+                ledger.record(sid, body, tool="read_inbox", step=1, trusted=False, now=1e9)
+                record.append(time.perf_counter() - start)
+                start = time.perf_counter()
+                ledger.lookup(sid, "user7@example.org", now=1e9)
+                lookup.append(time.perf_counter() - start)
+            print(
+                f"  {name:<7} record {statistics.median(record) * 1e3:7.2f} ms   "
+                f"lookup {statistics.median(lookup) * 1e3:6.3f} ms"
+            )
 
 
 if __name__ == "__main__":
