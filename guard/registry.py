@@ -209,7 +209,7 @@ class ToolSpec:
     egress: bool = False
     """A read that sends data outward (fetch a URL, post to a webhook): gated after untrusted
     output like a write."""
-    refusals: Mapping[type[Exception], ReasonCode] = field(default_factory=dict)
+    refusals: Mapping[type[Exception], ReasonCode] = field(default_factory=dict, compare=False)
     """The tool library's own exceptions and the codes they mean (``{OrderNotFound:
     Code.NOT_FOUND}``): raised by the handler or the check, they are refusals with that code, as
     ``RuleViolation`` is; the guard's ``refusals=`` apply to every tool, these win."""

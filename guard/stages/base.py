@@ -48,7 +48,7 @@ class Env:
     observer: Observer
     deps: Any = None
     """The host's dependencies, handed to every check and handler (``CheckContext.deps``)."""
-    refusals: Refusals = field(default_factory=dict)
+    refusals: Refusals = field(default_factory=dict, compare=False)
     """The guard's map of library exceptions to refusal codes (``Guard(refusals=...)``)."""
     provenance: ProvenanceLedger | None = None
     """Where values came from, when the guard keeps provenance (see ``Policy.record_provenance``)."""
