@@ -64,8 +64,9 @@ from .reconstruct import (
     tainting_call,
     to_jsonable,
     trace,
+    value_source_call,
 )
-from .shadow import WouldHaveRejected, would_have_rejected
+from .shadow import WouldHaveRejected, would_have_rejected, would_have_waited
 
 __all__ = [
     "DEFAULT_DB",
@@ -126,6 +127,8 @@ __all__ = [
     "to_jsonable",
     "trace",
     "trace_command",
+    "value_source_call",
     "warning_counts",
     "would_have_rejected",
+    "would_have_waited",
 ]

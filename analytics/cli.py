@@ -238,6 +238,7 @@ def collect_report(
         # Issue 11: warnings that let calls through, and what shadow mode would have refused.
         "warnings": advisories.warning_counts(source, filters, bucket=bucket),
         "would_have_rejected_in_shadow": shadow.would_have_rejected(source, filters, bucket=bucket),
+        "would_have_waited_in_shadow": shadow.would_have_waited(source, filters, bucket=bucket),
     }
     if examples:
         report["example_traces"] = metrics.rejection_examples(source, filters, n=examples)

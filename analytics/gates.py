@@ -45,16 +45,20 @@ from .query import (
 __all__ = [
     "ALL_KINDS",
     "GATE_KINDS",
+    "GATE_REASONS",
     "KIND_SQL",
     "CodeKind",
     "GateRates",
     "GateShare",
+    "HumanGateReason",
     "PendingApprovals",
     "code_kinds",
     "code_kinds_query",
     "gate_rates",
     "gate_rates_query",
     "gate_shares",
+    "human_gates_by_reason",
+    "human_gates_by_reason_query",
     "pending_approvals",
     "pending_approvals_query",
 ]
@@ -261,6 +265,99 @@ def code_kinds(source: Source, filters: Filters = ALL) -> list[CodeKind]:
     ]
     out.sort(key=lambda c: (order.get(c.stage or "", len(order)), c.code))
     return out
+
+
+GATE_REASONS: dict[str, str] = {
+    "TAINTED_CONTEXT": "taint",
+    "UNTRUSTED_VALUE": "untrusted value",
+    "CONFIRMATION_REQUIRED": "risk",
+}
+"""Why a human was asked (``guard.approval.reason``), as pages name it: untrusted text anywhere
+in the session, a sink argument no trusted source vouches for, a risky call (fixed or by
+arguments). A reason outside this map (spans written before the attribute) reads ``other``."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class HumanGateReason:
+    """Human gates asked for one reason (and tool): what the approvals cost, by why."""
+
+    reason: str
+    """``taint``, ``untrusted value``, ``risk`` or ``other`` (:data:`GATE_REASONS`)."""
+    tool: str | None
+    """The tool, or None over all tools."""
+    asked: int
+    """Calls that asked a human (``guard.approval.outcome = pending``, not a resumption)."""
+    approved: int
+    denied: int
+    expired: int
+    """Decisions recorded by the resumptions of those approvals."""
+
+
+def human_gates_by_reason_query(
+    filters: Filters, d: Dialect = DUCKDB, *, by: Literal["all", "tool"] = "all"
+) -> SqlParams:
+    """Each asking call with its reason (``guard.approval.reason``; for spans written before it,
+    its code, which was the reason), then the decision its resumption recorded, counted per reason
+    (and tool). Decisions are matched by approval id, in any time window."""
+    where, params = where_clause(
+        filters,
+        d,
+        extra=[
+            "approval_outcome = 'pending'",
+            "approval_id IS NOT NULL",
+            "NOT coalesce(resumed, false)",
+        ],
+    )
+    reasons = " ".join(f"WHEN '{code}' THEN '{name}'" for code, name in GATE_REASONS.items())
+    tool = "tool" if by == "tool" else "NULL"
+    return (
+        f"""
+        SELECT CASE coalesce(asked.approval_reason, asked.code) {reasons} ELSE 'other' END
+                   AS reason,
+               {tool} AS tool,
+               count(*) AS asked,
+               sum(CASE WHEN decided.outcome = 'approved' THEN 1 ELSE 0 END) AS approved,
+               sum(CASE WHEN decided.outcome = 'denied' THEN 1 ELSE 0 END) AS denied,
+               sum(CASE WHEN decided.outcome = 'expired' THEN 1 ELSE 0 END) AS expired
+        FROM (
+            SELECT approval_id, min(approval_reason) AS approval_reason, min(code) AS code,
+                   min(tool) AS tool
+            FROM {d.calls} {where}
+            GROUP BY approval_id
+        ) AS asked
+        LEFT JOIN (
+            SELECT approval_id, min(approval_outcome) AS outcome
+            FROM {d.calls} WHERE resumed AND approval_id IS NOT NULL
+            GROUP BY approval_id
+        ) AS decided ON decided.approval_id = asked.approval_id
+        GROUP BY 1, 2 ORDER BY 3 DESC, 1, 2
+        """,
+        params,
+    )
+
+
+def human_gates_by_reason(
+    source: Source, filters: Filters = ALL, *, by: Literal["all", "tool"] = "all"
+) -> list[HumanGateReason]:
+    """Human gates by reason: taint, untrusted value, risk.
+
+    Definition: an approval is asked by a call whose ``guard.approval.outcome`` is ``pending``
+    and that is not a resumption (one per ``guard.approval.id``); its reason is
+    ``guard.approval.reason`` (:data:`GATE_REASONS`). ``approved``, ``denied`` and ``expired`` are
+    the decisions later resumptions of the same id recorded; undecided ones are in none of them.
+    """
+    b = backend_of(source)
+    return [
+        HumanGateReason(
+            reason=str(r["reason"]),
+            tool=r["tool"],
+            asked=int(r["asked"]),
+            approved=int(r["approved"] or 0),
+            denied=int(r["denied"] or 0),
+            expired=int(r["expired"] or 0),
+        )
+        for r in b.fetch(*human_gates_by_reason_query(filters, b.dialect, by=by))
+    ]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -34,6 +34,7 @@ __all__ = [
     "tainting_call",
     "to_jsonable",
     "trace",
+    "value_source_call",
 ]
 
 AttributeValue = str | int | float | bool | list[Any] | dict[str, Any] | None
@@ -114,6 +115,17 @@ class CallSummary:
     """When the decision was taken, seconds since the epoch by the guard's clock."""
     approval_wait_ms: float | None = None
     """How long after the request the decision came."""
+    approval_reason: str | None = None
+    """Why a human was asked (``guard.approval.reason``): TAINTED_CONTEXT, UNTRUSTED_VALUE or
+    CONFIRMATION_REQUIRED."""
+    provenance_field: str | None = None
+    """UNTRUSTED_VALUE: the sink argument whose value made the call wait."""
+    provenance_value: str | None = None
+    """UNTRUSTED_VALUE: that value, masked."""
+    provenance_source_tool: str | None = None
+    """UNTRUSTED_VALUE: the tool whose untrusted result first held it."""
+    provenance_source_step: int | None = None
+    """UNTRUSTED_VALUE: that call's step in the session (see :func:`value_source_call`)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -129,6 +141,9 @@ class TraceView:
     tainted_by: tuple[CallSummary, ...] = ()
     """For a call of this trace that ended ``TAINTED_CONTEXT``: the call that tainted its session
     (see :func:`tainting_call`)."""
+    value_from: tuple[CallSummary, ...] = ()
+    """For a call of this trace that ended ``UNTRUSTED_VALUE``: the earlier call whose untrusted
+    result held the sink argument's value (see :func:`value_source_call`)."""
 
 
 _SUMMARY_COLUMNS = [f.name for f in fields(CallSummary)]
@@ -243,6 +258,33 @@ def tainting_call(source: Source, call: CallSummary) -> CallSummary | None:
             sql, {"session": call.session, "before": d.value(call.start_time), "span": call.span_id}
         ),
     )
+    return found[0] if found else None
+
+
+def value_source_call(source: Source, call: CallSummary) -> CallSummary | None:
+    """The call whose untrusted result held the value that made ``call`` wait (``UNTRUSTED_VALUE``):
+    in the same session, the latest call at or before it with the step and tool its span names
+    (``guard.provenance.source.step`` and ``.tool``); None when the span names none (the value
+    was seen nowhere) or that call is not stored."""
+    if call.session is None or call.provenance_source_step is None:
+        return None
+    b = backend_of(source)
+    d = b.dialect
+    sql = (
+        f"SELECT {', '.join(_SUMMARY_COLUMNS)} FROM {d.ranked_calls} "
+        f"WHERE session = {d.param('session', 'string')} "
+        f"AND step = {d.param('step', 'int')} AND tool = {d.param('tool', 'string')} "
+        f"AND start_time <= {d.param('before', 'timestamp')} "
+        f"AND span_id <> {d.param('span', 'string')} ORDER BY start_time DESC, seq DESC LIMIT 1"
+    )
+    params = {
+        "session": call.session,
+        "step": call.provenance_source_step,
+        "tool": call.provenance_source_tool,
+        "before": d.value(call.start_time),
+        "span": call.span_id,
+    }
+    found = rows_as(CallSummary, b.fetch(sql, params))
     return found[0] if found else None
 
 
@@ -462,12 +504,15 @@ def trace(source: Source, trace_id: str) -> TraceView | None:
     approval_ids = sorted({c.approval_id for c in calls if c.approval_id})
     approvals = _summaries(backend, "approval_id", approval_ids) if approval_ids else []
     tainted = (tainting_call(backend, c) for c in calls if c.code == _TAINTED)
+    held = [c for c in (*calls, *approvals) if c.provenance_source_step is not None]
+    sources = (value_source_call(backend, c) for c in held[:1])
     return TraceView(
         trace_id=trace_id,
         roots=tuple(_node(row, children) for row in children.get(None, ())),
         calls=tuple(calls),
         approvals=tuple(approvals),
         tainted_by=tuple(t for t in tainted if t is not None),
+        value_from=tuple(v for v in sources if v is not None),
     )
 
 

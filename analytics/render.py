@@ -269,6 +269,20 @@ def print_trace(view: TraceView, *, open_with: str = "") -> None:
                 )
             )
         )
+    for v in view.value_from:
+        held = next((c for c in (*view.calls, *view.approvals) if c.provenance_field), None)
+        argument = (
+            f"argument {_cell(held.provenance_field)} ({_cell(held.provenance_value)}) "
+            if held
+            else ""
+        )
+        out.print(
+            Text(
+                f"value from: {argument}came from call {_cell(v.call_id)} ({_cell(v.tool)}, step "
+                f"{_cell(v.step)}, {_cell(v.start_time)}), untrusted output no trusted source "
+                f"vouches for\n  open it: callgate trace {v.trace_id}"
+            )
+        )
     if view.approvals:
         out.print(calls_table("approval history", view.approvals))
         for line in decision_lines(view.approvals):

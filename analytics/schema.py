@@ -45,7 +45,8 @@ __all__ = [
 ]
 
 SCHEMA_VERSION = 4
-"""Bumped when a table changes shape; stored in ``meta`` so an old database is recognised."""
+"""Bumped when a table changes shape; stored in ``meta`` so an old database is recognised (4: the
+approval-reason, provenance, approval timing and injection-excerpt columns of issues 20 and 22)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

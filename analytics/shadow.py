@@ -9,6 +9,12 @@ would have stopped a call, and runs the call anyway. Its call span says ``guard.
 - **shadow calls**: every call span with ``guard.shadow`` true, per tool: the denominator.
 - the rate is would-have-rejected / shadow calls of the tool.
 
+A call that would only have **waited for a human** (``CONFIRMATION_REQUIRED``,
+``TAINTED_CONTEXT``, ``UNTRUSTED_VALUE``: the codes of :data:`analytics.gates.GATE_REASONS`) is not a
+refusal: :func:`would_have_rejected` leaves it out and :func:`would_have_waited` counts it, with
+the same columns, so "what enforcement would refuse" and "what it would cost in approvals" are
+read apart.
+
 Enforced metrics never count a shadow call as a rejection: :data:`ENFORCED_CODE_SQL` is the code
 the model actually got, which the by-code rejection rates group by.
 """
@@ -19,6 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from .dialect import DUCKDB, Dialect
+from .gates import GATE_REASONS
 from .query import ALL, Filters, Source, SqlParams, backend_of, bucket_expr, rows_as, where_clause
 
 __all__ = [
@@ -26,6 +33,7 @@ __all__ = [
     "WouldHaveRejected",
     "would_have_rejected",
     "would_have_rejected_query",
+    "would_have_waited",
 ]
 
 ENFORCED_CODE_SQL = (
@@ -57,12 +65,19 @@ class WouldHaveRejected:
 
 
 def would_have_rejected_query(
-    filters: Filters, d: Dialect = DUCKDB, *, bucket: timedelta | None = None
+    filters: Filters,
+    d: Dialect = DUCKDB,
+    *,
+    bucket: timedelta | None = None,
+    waits: bool = False,
 ) -> SqlParams:
     """Group the shadow calls by (bucket, tool, code, stage, fixable); the denominator is a window
     over the tool's groups; rows whose code is OK (nothing would have stopped them) are dropped
-    after the window counted them."""
+    after the window counted them, and so are the human-gate codes (``waits=False``) or every
+    other code (``waits=True``)."""
     where, params = where_clause(filters, d, extra=["coalesce(shadow, false)"])
+    gates = ", ".join(f"'{code}'" for code in GATE_REASONS)
+    kept = f"code IN ({gates})" if waits else f"code NOT IN ({gates})"
     b = bucket_expr(d, bucket)
     return (
         f"""
@@ -73,7 +88,7 @@ def would_have_rejected_query(
             FROM {d.calls} {where}
             GROUP BY 1, 2, 3, 4, 5
         ) AS grouped
-        WHERE code <> 'OK'
+        WHERE code <> 'OK' AND {kept}
         ORDER BY bucket, would_have_rejected DESC, tool, code
         """,
         params,
@@ -83,9 +98,24 @@ def would_have_rejected_query(
 def would_have_rejected(
     source: Source, filters: Filters = ALL, *, bucket: timedelta | None = None
 ) -> list[WouldHaveRejected]:
-    """What shadow mode would have refused, per tool and code, most frequent first."""
+    """What shadow mode would have refused, per tool and code, most frequent first (calls that
+    would only have waited for a human are :func:`would_have_waited`'s)."""
+    return _shadow_rows(source, filters, bucket, waits=False)
+
+
+def would_have_waited(
+    source: Source, filters: Filters = ALL, *, bucket: timedelta | None = None
+) -> list[WouldHaveRejected]:
+    """Shadow calls that would only have waited for a human, per tool and code (its
+    ``would_have_rejected`` counts them): the approvals enforcement would cost."""
+    return _shadow_rows(source, filters, bucket, waits=True)
+
+
+def _shadow_rows(
+    source: Source, filters: Filters, bucket: timedelta | None, *, waits: bool
+) -> list[WouldHaveRejected]:
     b = backend_of(source)
-    rows = b.fetch(*would_have_rejected_query(filters, b.dialect, bucket=bucket))
+    rows = b.fetch(*would_have_rejected_query(filters, b.dialect, bucket=bucket, waits=waits))
     for row in rows:
         row["would_have_rejected"] = int(row["would_have_rejected"])
         row["shadow_calls"] = int(row["shadow_calls"])

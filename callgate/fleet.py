@@ -14,13 +14,14 @@ from dataclasses import dataclass, field
 
 from callgate.personas import PERSONAS, Decision, Persona, Proposal, Script
 from guard import Clock, Code, Observer, RateLimit, ReasonCode, Session, ToolResult
+from guard.codes import HUMAN_GATES
 from guard.shop import Order, ShopApp, build_shop, shop_policy
 from guard.testing import ManualClock
 
 __all__ = ["Fleet", "Tally"]
 
 LOOP_GUARDS = frozenset({Code.LOOP_DETECTED, Code.STEP_LIMIT, Code.VALIDATION_BUDGET_EXHAUSTED})
-ASKS_HUMAN = frozenset({Code.CONFIRMATION_REQUIRED, Code.TAINTED_CONTEXT})
+ASKS_HUMAN = HUMAN_GATES
 DAY = 86_400.0
 
 

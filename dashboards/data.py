@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TypeVar
 
@@ -17,7 +17,7 @@ from analytics import advisories, alerts, call_latency, gates, metrics, reconstr
 from analytics.advisories import WarningCount
 from analytics.alerts import DEFAULT_RULES, AlertResult, Rule
 from analytics.call_latency import CallLatency
-from analytics.gates import CodeKind, GateRates, PendingApprovals
+from analytics.gates import CodeKind, GateRates, HumanGateReason, PendingApprovals
 from analytics.metrics import (
     CallCount,
     ConfirmationFunnel,
@@ -238,6 +238,8 @@ class RejectionsData:
     """Warnings that let calls through, per tool and code."""
     shadow: list[WouldHaveRejected]
     """What shadow mode would have refused, per tool and code: apart from enforced rejections."""
+    shadow_waits: list[WouldHaveRejected] = field(default_factory=list)
+    """Shadow calls that would only have waited for a human: apart from the refusals."""
 
     def kind_of(self, code: str | None) -> str:
         """The kind (:data:`analytics.gates.GATE_KINDS`) of ``code``; policy refusal if unknown."""
@@ -256,6 +258,7 @@ def rejections(
         kinds=gates.code_kinds(source, filters),
         warnings=advisories.warning_counts(source, filters),
         shadow=shadow.would_have_rejected(source, filters),
+        shadow_waits=shadow.would_have_waited(source, filters),
     )
 
 
@@ -329,6 +332,9 @@ class ConfirmationsData:
     ``expired`` includes those that lapsed unanswered (as :func:`metrics.confirmation_funnel`)."""
     trend: list[FunnelPoint]
     pending: PendingApprovals
+    reasons: list[HumanGateReason] = field(default_factory=list)
+    """Human gates by why they were asked: taint, untrusted value, risk
+    (:func:`analytics.gates.human_gates_by_reason`)."""
 
 
 def confirmations(
@@ -340,6 +346,7 @@ def confirmations(
     return ConfirmationsData(
         tools=tools,
         pending=gates.pending_approvals(source, filters, ttl=confirmation_ttl),
+        reasons=gates.human_gates_by_reason(source, filters),
         total=_funnel_sum(None, tools),
         trend=[_funnel_sum(b, rows) for b, rows in _group(trend)],
     )

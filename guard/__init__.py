@@ -3,11 +3,19 @@
 from guard.call import Call, Reservation, RetryRecord, StageRecord
 from guard.clock import Clock, SystemClock
 from guard.codes import Code, DomainCode, ReasonCode
-from guard.errors import ConfigurationError, GuardError, RuleViolation, TransientError
+from guard.errors import (
+    ConfigurationError,
+    GuardError,
+    HumanRequired,
+    RuleViolation,
+    TransientError,
+)
 from guard.observe import BaseObserver, MultiObserver, NullObserver, Observer
 from guard.pipeline import ApprovalNotFound, Guard, Session
-from guard.policy import AmountLimit, Policy, RateLimit, RolePolicy
+from guard.policy import AmountLimit, Policy, RateLimit, RolePolicy, TaintMode
+from guard.provenance import Provenance, ProvenanceHit, ValueSource
 from guard.registry import (
+    AnyOf,
     CheckContext,
     Effect,
     Prerequisite,
@@ -26,6 +34,7 @@ from guard.session import Principal
 __all__ = [
     "Advisory",
     "AmountLimit",
+    "AnyOf",
     "ApprovalNotFound",
     "BaseObserver",
     "Call",
@@ -37,6 +46,7 @@ __all__ = [
     "Effect",
     "Guard",
     "GuardError",
+    "HumanRequired",
     "MultiObserver",
     "NullObserver",
     "Observer",
@@ -45,6 +55,8 @@ __all__ = [
     "Prerequisite",
     "Principal",
     "Problem",
+    "Provenance",
+    "ProvenanceHit",
     "RateLimit",
     "ReasonCode",
     "Requirement",
@@ -58,10 +70,12 @@ __all__ = [
     "Session",
     "StageRecord",
     "SystemClock",
+    "TaintMode",
     "ToolContext",
     "ToolRegistry",
     "ToolResult",
     "ToolSpec",
     "TransientError",
+    "ValueSource",
     "tool",
 ]

@@ -13,7 +13,8 @@ from guard.session import Principal
 from guard.waiting import BLOCKING, Waiter
 
 if TYPE_CHECKING:
-    from guard.registry import ToolSpec
+    from guard.provenance import ProvenanceHit
+    from guard.registry import Risk, ToolSpec
     from guard.stores.base import PendingAction
 
 __all__ = ["Call", "Reservation", "RetryRecord", "StageRecord", "stage_outcome"]
@@ -86,7 +87,14 @@ class Call:
     decision: str | None = None
     """For resumed calls: approved, denied or expired."""
     needs_human: Code | None = None
-    """Set by the policy stage when a human must confirm (TAINTED_CONTEXT)."""
+    """Set when a human must confirm: by a check (``ask_human``), or by the policy stage
+    (TAINTED_CONTEXT, UNTRUSTED_VALUE, an amount above ``confirm_above``)."""
+    human_message: str | None = None
+    """What a check that asked for a human told the model why."""
+    provenance: ProvenanceHit | None = None
+    """The sink argument whose value made the call wait (UNTRUSTED_VALUE): for spans."""
+    risk: Risk | None = None
+    """The call's risk from its arguments (``ToolSpec.risk_by``); None: the tool's ``risk``."""
     confirmed: bool = False
     """The call runs under a human approval."""
     invalid_streak: int = 0
@@ -128,6 +136,8 @@ class Call:
     """Shadow mode: whether the model could have fixed the would-be rejection."""
     turns_marked: bool = False
     """The host marks turns (``Session.next_turn``): the per-turn ceiling applies."""
+    deps: Any = None
+    """The session's own dependencies, when it has them; None: the guard's (``Env.deps``)."""
 
     @property
     def stages(self) -> list[StageRecord]:

@@ -27,7 +27,7 @@ from typing import TypeAlias
 
 from guard.errors import ConfigurationError
 
-__all__ = ["DOMAIN_STAGES", "Code", "DomainCode", "ReasonCode", "code_table"]
+__all__ = ["DOMAIN_STAGES", "HUMAN_GATES", "Code", "DomainCode", "ReasonCode", "code_table"]
 
 
 class Code(StrEnum):
@@ -193,6 +193,14 @@ class Code(StrEnum):
         False,
         "Tell the user it awaits approval.",
     )
+    UNTRUSTED_VALUE = (
+        "UNTRUSTED_VALUE",
+        "A recipient, account, URL or other sink argument carries a value that came from untrusted "
+        "content and that no trusted source vouches for; a human must confirm.",
+        "confirm",
+        False,
+        "Tell the user it awaits approval; do not call again.",
+    )
 
     # confirmation
     CONFIRMATION_REQUIRED = (
@@ -251,6 +259,17 @@ class Code(StrEnum):
     def ok(self) -> bool:
         """True only for ``OK``."""
         return self is Code.OK
+
+    @property
+    def asks_human(self) -> bool:
+        """The call waits for a human's approval: one of :data:`HUMAN_GATES`."""
+        return self in HUMAN_GATES
+
+
+HUMAN_GATES = frozenset({Code.CONFIRMATION_REQUIRED, Code.TAINTED_CONTEXT, Code.UNTRUSTED_VALUE})
+"""The codes of a call that waits for a human: a risky call (CONFIRMATION_REQUIRED, fixed or by
+arguments), untrusted text read in the session (TAINTED_CONTEXT), or a sink argument no trusted
+source vouches for (UNTRUSTED_VALUE). A check may ask for a human with any of them."""
 
 
 DOMAIN_STAGES = ("rules", "execute")

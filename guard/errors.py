@@ -5,6 +5,7 @@
     GuardError                    base of everything callgate raises on purpose
     ├── ConfigurationError        the guard or a tool is declared wrongly (raised at build time)
     ├── RuleViolation             a business check refuses the call; the rules stage turns it into a result
+    ├── HumanRequired             a business check lets the call through only with a human's approval
     └── TransientError            a backend failure worth retrying (with the same idempotency key)
 
 A handler may raise ``RuleViolation`` for a refusal the backend makes (never retried) and
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
     from guard.codes import ReasonCode
     from guard.result import Problem
 
-__all__ = ["ConfigurationError", "GuardError", "RuleViolation", "TransientError"]
+__all__ = ["ConfigurationError", "GuardError", "HumanRequired", "RuleViolation", "TransientError"]
 
 
 class GuardError(Exception):
@@ -61,6 +62,22 @@ class RuleViolation(GuardError):
         if self.problems:
             data = {**(data or {}), "problems": [problem.to_dict() for problem in self.problems]}
         self.data = data
+
+
+class HumanRequired(GuardError):
+    """A business check asks for a human: the call waits as a pending approval, as a risky one does.
+
+    ``code`` is one of ``guard.codes.HUMAN_GATES`` (``UNTRUSTED_VALUE`` by default); ``message``
+    (for the model) says why. The same as calling ``CheckContext.ask_human``. After a human
+    approves, the check runs again and its request is already answered: one approval per call.
+    """
+
+    def __init__(self, code: ReasonCode | None = None, message: str | None = None) -> None:
+        from guard.codes import Code
+
+        self.code: ReasonCode = Code.UNTRUSTED_VALUE if code is None else code
+        super().__init__(message or self.code.phrase)
+        self.message = message
 
 
 class TransientError(GuardError):

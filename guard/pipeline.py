@@ -13,6 +13,8 @@ from guard.codes import Code, DomainCode
 from guard.errors import ConfigurationError, GuardError
 from guard.observe import NullObserver, Observer, wants_stage_events
 from guard.policy import Policy
+from guard.provenance import ledger_for
+from guard.refusals import Refusals, check_refusals
 from guard.registry import ToolRegistry, ToolSpec
 from guard.result import Outcome, ToolResult
 from guard.session import Principal
@@ -76,11 +78,17 @@ class Guard:
         deps: Any = None,
         codes: Iterable[DomainCode] = (),
         shadow: bool | Iterable[str] = False,
+        refusals: Refusals | None = None,
     ) -> None:
         """``deps`` is handed to every check and handler (``ctx.deps``); ``codes`` adds the
         deployment's own codes to those its tools declare; ``shadow`` (True, or tool names) runs
-        every stage, records what the gate would have decided, then runs the call regardless."""
-        self.registry = ToolRegistry(tools, codes=codes)
+        every stage, records what the gate would have decided, then runs the call regardless;
+        ``refusals`` maps the tool library's exceptions to refusal codes for every tool
+        (``guard.refusals``)."""
+        refusals = dict(refusals or {})
+        check_refusals(refusals, "Guard(refusals=...)")
+        mapped = [code for code in refusals.values() if isinstance(code, DomainCode)]
+        self.registry = ToolRegistry(tools, codes=[*codes, *mapped])
         self.policy = policy
         _check_leases(self.registry, policy)
         self.shadow_all = shadow is True
@@ -90,15 +98,18 @@ class Guard:
         if unknown := sorted(self.shadow_tools - set(self.registry)):
             raise ConfigurationError(f"shadow names unknown tools: {', '.join(unknown)}")
         self._shadowing = self.shadow_all or bool(self.shadow_tools)
+        counters = counters if counters is not None else MemoryCounterStore()
         self.env = Env(
             registry=self.registry,
             policy=policy,
             idempotency=idempotency if idempotency is not None else MemoryIdempotencyStore(),
             approvals=approvals if approvals is not None else MemoryApprovalStore(),
-            counters=counters if counters is not None else MemoryCounterStore(),
+            counters=counters,
             clock=clock if clock is not None else SystemClock(),
             observer=observer if observer is not None else NullObserver(),
             deps=deps,
+            refusals=refusals,
+            provenance=ledger_for(self.registry, policy, counters),
         )
         self.stages: list[Stage] = default_chain(self.env)
         self._resume_stages = self.stages[1:]  # a resumed call already paid its budget
@@ -116,12 +127,18 @@ class Guard:
     def observer(self) -> Observer:
         return self.env.observer
 
-    def session(self, session_id: str, principal: Principal, *, turn: int | None = None) -> Session:
+    def session(
+        self, session_id: str, principal: Principal, *, turn: int | None = None, deps: Any = None
+    ) -> Session:
         """A handle for one conversation acting for ``principal``.
 
         Hosts that rebuild the handle per request pass the conversation's ``turn`` (the number of
-        user messages so far): the per-turn ceiling then applies as if ``next_turn`` had been called."""
-        return Session(self, session_id, principal, turn=turn)
+        user messages so far): the per-turn ceiling then applies as if ``next_turn`` had been called.
+        ``deps`` replaces the guard's ``deps`` for this session's checks and handlers (a client
+        bound to the user's tenant, a per-conversation backend)."""
+        session = Session(self, session_id, principal, turn=turn)
+        session.deps = deps
+        return session
 
     def execute(
         self,
@@ -151,17 +168,23 @@ class Guard:
         """The pending action to show an approver: tool, validated arguments, expiry."""
         return self.env.approvals.get(approval_id)
 
-    def approve(self, approval_id: str, *, by: str) -> ToolResult:
-        """A human approves: the call resumes, rules run again against current state, then it runs."""
-        return self._decide(approval_id, approve=True, by=by)
+    def approve(self, approval_id: str, *, by: str, deps: Any = None) -> ToolResult:
+        """A human approves: the call resumes, rules run again against current state, then it runs.
+
+        ``deps``: the session's own dependencies, if it had any (``session(..., deps=...)``); the
+        approval is resumed outside the session handle, so the guard's are used otherwise."""
+        call, stages = self._resume(approval_id, approve=True, by=by)
+        call.deps = deps
+        return self._run(call, stages)
 
     def deny(self, approval_id: str, *, by: str) -> ToolResult:
         """A human declines: the call ends CONFIRMATION_DENIED, nothing runs."""
         return self._decide(approval_id, approve=False, by=by)
 
-    async def aapprove(self, approval_id: str, *, by: str) -> ToolResult:
+    async def aapprove(self, approval_id: str, *, by: str, deps: Any = None) -> ToolResult:
         """``approve`` for async hosts: a coroutine handler runs on the caller's event loop."""
         call, stages = self._resume(approval_id, approve=True, by=by)
+        call.deps = deps
         return await self._arun(call, stages)
 
     async def adeny(self, approval_id: str, *, by: str) -> ToolResult:
@@ -250,6 +273,7 @@ class Guard:
             now=self.env.clock.now(),
             chain=self._names[id(stages)],
             turns_marked=session.turns_marked,
+            deps=session.deps,
         )
         session.called = True
         if session.previous_principal is not None:  # Session.authenticate: audited on this call
@@ -403,6 +427,17 @@ class Session:
         """A call has run through this handle."""
         self.previous_principal: Principal | None = None
         """Set by ``authenticate`` until the next call records the change on its span."""
+        self.deps: Any = None
+        """This session's own dependencies (``Guard.session(..., deps=...)``); None: the guard's."""
+
+    def vouch(self, *values: object) -> None:
+        """Declare values as the user's own: their message (its e-mail addresses, IBANs, URLs and
+        ids too), the principal's own records. After untrusted text, a sink argument may carry
+        them without a human (argument-level ``Policy.taint_mode``). Kept in the counter store
+        with the session's other state; a guard that keeps no provenance ignores them."""
+        ledger = self.guard.env.provenance
+        if ledger is not None:
+            ledger.vouch(self.id, values, now=self.guard.env.clock.now())
 
     def next_turn(self) -> None:
         """Call on every new user message: the per-turn step budget starts again."""

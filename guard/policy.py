@@ -4,10 +4,27 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from guard.registry import Risk
 
-__all__ = ["AmountLimit", "Policy", "RateLimit", "RolePolicy"]
+__all__ = ["AmountLimit", "Policy", "RateLimit", "RolePolicy", "TaintMode"]
+
+
+class TaintMode(StrEnum):
+    """What untrusted output in a session makes a write (or an egress read) wait for a human."""
+
+    SESSION = "session"
+    """Every write and egress read after it (``TAINTED_CONTEXT``): capability separation."""
+    VOUCHED = "vouched"
+    """The default. A call whose sink argument carries a value no trusted source vouches for (the
+    user's values the host declared, trusted tool results): ``UNTRUSTED_VALUE``. Tools that
+    declare no sinks are gated as in ``SESSION``, so a deployment that declares none sees no
+    difference."""
+    UNTRUSTED = "untrusted"
+    """Only a call whose sink argument carries a value seen in untrusted output, in any
+    re-encoding, and in no trusted source (``UNTRUSTED_VALUE``). Weaker: a value the model
+    assembled from pieces is not seen anywhere and passes. Measured in ``bench/injection.py``."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -24,6 +41,9 @@ class AmountLimit:
     """Largest sum per principal per UTC day, counted when the call executes."""
     group_by: str | None = "currency"
     """Keep separate sums per value of this argument: cents of BRL and USD do not add up."""
+    confirm_above: int | None = None
+    """A call carrying more than this waits for a human (``CONFIRMATION_REQUIRED``): risk by
+    arguments, for a read as for a write."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -73,7 +93,18 @@ class Policy:
     session_ttl: float = 86_400.0
     """Seconds session counters (steps, loops, taint) are kept after their last use."""
     taint_requires_confirmation: bool = True
-    """After an untrusted result, writes need a human (capability separation)."""
+    """After an untrusted result, writes need a human (capability separation); ``taint_mode``
+    says which ones."""
+    taint_mode: TaintMode = TaintMode.VOUCHED
+    """Argument-level (a sink argument whose value no trusted source vouches for waits; tools
+    without declared sinks are gated session-wide) or session-wide (every write after untrusted
+    output). See docs/security.md, "Value provenance", for the measurements behind the default."""
+    record_provenance: bool = False
+    """Keep every session's value provenance (``CheckContext.provenance``) whatever the tools
+    declare; without it, provenance is kept when an argument-level mode has a tool with sinks."""
+    provenance_limit: int = 4_096
+    """Values kept per session. Past it nothing is forgotten: new values go unrecorded and every
+    value no trusted source vouches for counts as untrusted."""
 
     def role(self, name: str) -> RolePolicy | None:
         return self.roles.get(name)

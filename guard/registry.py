@@ -12,7 +12,7 @@ import json
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
-from typing import Any, Generic, TypeAlias
+from typing import TYPE_CHECKING, Any, Generic, TypeAlias
 
 from pydantic import BaseModel
 from typing_extensions import TypeVar
@@ -20,11 +20,17 @@ from typing_extensions import TypeVar
 from guard.codes import DomainCode, ReasonCode, code_table
 from guard.errors import ConfigurationError
 from guard.patterns import ambiguous_constructs, schema_patterns
+from guard.refusals import check_refusals
+from guard.requirements import AnyOf, Prerequisite, Requirement, SeenIn, flat_requirements
 from guard.result import Advisory
 from guard.session import Principal
 from guard.views import ResultView
 
+if TYPE_CHECKING:
+    from guard.provenance import Provenance
+
 __all__ = [
+    "AnyOf",
     "Authenticator",
     "CheckContext",
     "Effect",
@@ -76,53 +82,6 @@ class RetryPolicy:
     """Draw each delay uniformly from [0, delay] so a fleet does not retry in lockstep."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Prerequisite:
-    """Another tool (any one of several) must have succeeded earlier in the session.
-
-    ``Prerequisite(tool="get_order", field="order_id")``: ``get_order`` ran for the order this call
-    names. The record is matched by value: this tool's ``field`` against the required tool's
-    ``record_field``, so the names may differ (``order_id`` here, ``id`` there). Without ``field``
-    the required tool must simply have succeeded (``tool=("find_user_by_email", "find_user_by_zip")``).
-    """
-
-    tool: str | tuple[str, ...]
-    """The tool that must have run, or several of which any one will do."""
-    field: str | None = None
-    """This tool's argument naming the record; None: any successful call of the tool counts."""
-
-    @property
-    def tools(self) -> tuple[str, ...]:
-        """The tools any one of which satisfies the prerequisite."""
-        return (self.tool,) if isinstance(self.tool, str) else tuple(self.tool)
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class SeenIn:
-    """An argument's value must have appeared in an earlier result in this session.
-
-    ``SeenIn(field="payment_method_id", tool="get_user_details", path="payment_methods.*.id")``: the
-    payment method must be one the user's profile listed. ``path`` walks the result the model saw
-    (dots between keys, ``*`` for every item of a list). A list argument has each item checked.
-    """
-
-    field: str
-    """This tool's argument (a scalar, or a list of scalars)."""
-    tool: str | tuple[str, ...]
-    """The tool (or any of several) whose results count."""
-    path: str
-    """Where in that tool's result the values are: ``items.*.item_id``."""
-
-    @property
-    def tools(self) -> tuple[str, ...]:
-        """The tools whose results count."""
-        return (self.tool,) if isinstance(self.tool, str) else tuple(self.tool)
-
-
-Requirement: TypeAlias = Prerequisite | SeenIn
-"""What must have happened earlier in the session before a tool may run."""
-
-
 @dataclass(kw_only=True, slots=True)
 class ToolContext(Generic[DepsT]):
     """What a handler knows about the call besides its arguments. Authority comes from here.
@@ -162,10 +121,36 @@ class CheckContext(Generic[DepsT]):
     """The host's dependencies (``Guard(deps=...)``): backend clients, repositories, settings."""
     warnings: list[Advisory] = field(default_factory=list)
     """Warnings raised so far with ``warn``."""
+    human: tuple[ReasonCode, str | None] | None = None
+    """Set by ``ask_human``: the reason code and message the call waits for a human with."""
+    lookup: Callable[[object], Provenance] | None = None
+    """Set by the guard when it keeps provenance (``Policy.record_provenance``, or an
+    argument-level ``taint_mode`` with tools that declare sinks)."""
 
     def warn(self, code: ReasonCode, message: str | None = None) -> None:
         """Let the call through with a warning: the model reads it with the result, spans count it."""
         self.warnings.append(Advisory(code=code, message=message or f"{code.phrase} {code.advice}"))
+
+    def ask_human(self, code: ReasonCode | None = None, message: str | None = None) -> None:
+        """Let the call run only after a human approves it, with ``code`` (one of
+        ``guard.codes.HUMAN_GATES``; ``UNTRUSTED_VALUE`` by default) as the reason. The first
+        request of a call counts; a call a human approved does not ask again."""
+        if self.human is None:
+            from guard.codes import Code
+
+            self.human = (Code.UNTRUSTED_VALUE if code is None else code, message)
+
+    def provenance(self, value: object) -> Provenance:
+        """Where ``value`` (an exact value, or a token such as an e-mail address, IBAN, URL or id)
+        came from in this session: the first trusted and untrusted results that had it.
+
+        Raises ``ConfigurationError`` when the guard keeps no provenance (set
+        ``Policy.record_provenance`` or an argument-level ``taint_mode``)."""
+        if self.lookup is None:
+            raise ConfigurationError(
+                "this guard keeps no provenance: set Policy(record_provenance=True)"
+            )
+        return self.lookup(value)
 
 
 Handler: TypeAlias = Callable[[Any, ToolContext], Any | Awaitable[Any]]
@@ -216,6 +201,22 @@ class ToolSpec:
     """The fields the model may see; everything else the handler returns is dropped."""
     untrusted_output: bool = False
     """The result carries outside text (web pages, e-mails): the session is tainted after it runs."""
+    sinks: tuple[str, ...] | None = None
+    """Arguments that say where an effect lands or data goes (a recipient, an account, a URL, an
+    amount, a file to delete): argument-level taint checks their values' provenance. Also marked
+    with ``Field(json_schema_extra={"sink": True})``. ``()`` declares that the tool has none;
+    a tool that declares neither is gated session-wide in every taint mode."""
+    egress: bool = False
+    """A read that sends data outward (fetch a URL, post to a webhook): gated after untrusted
+    output like a write."""
+    refusals: Mapping[type[Exception], ReasonCode] = field(default_factory=dict, compare=False)
+    """The tool library's own exceptions and the codes they mean (``{OrderNotFound:
+    Code.NOT_FOUND}``): raised by the handler or the check, they are refusals with that code, as
+    ``RuleViolation`` is; the guard's ``refusals=`` apply to every tool, these win."""
+    risk_by: Callable[[Any, CheckContext], Risk] | None = None
+    """The risk of this call from its validated arguments (an amount above a threshold, a
+    recipient outside the principal's own accounts); ``risk`` when absent. A write at or above
+    ``Policy.confirm_at`` waits for a human."""
     timeout: float | None = 10.0
     """Seconds per attempt."""
     retry: RetryPolicy = field(default_factory=RetryPolicy)
@@ -239,7 +240,10 @@ class ToolSpec:
                 f"tool {self.name!r}: argument model {self.arguments.__name__} must set extra='forbid'"
             )
         requires = ((self.prerequisite,) if self.prerequisite else ()) + tuple(self.requires)
-        for need in requires:
+        for any_of in requires:
+            if isinstance(any_of, AnyOf) and not any_of.options:
+                raise ConfigurationError(f"tool {self.name!r}: AnyOf names no requirement")
+        for need in flat_requirements(requires):
             if need.field is not None and need.field not in self.arguments.model_fields:
                 raise ConfigurationError(
                     f"tool {self.name!r}: prerequisite field {need.field!r} is not an argument"
@@ -250,6 +254,7 @@ class ToolSpec:
         for code in self.codes:
             if not isinstance(code, DomainCode):
                 raise ConfigurationError(f"tool {self.name!r}: {code!r} is not a DomainCode")
+        check_refusals(self.refusals, f"tool {self.name!r}")
         if self.record_field and self.record_field not in self.arguments.model_fields:
             raise ConfigurationError(
                 f"tool {self.name!r}: record_field {self.record_field!r} is not an argument"
@@ -266,6 +271,21 @@ class ToolSpec:
             if isinstance(info.json_schema_extra, dict) and info.json_schema_extra.get("sensitive")
         )
         object.__setattr__(self, "sensitive_fields", self.sensitive_fields | sensitive)
+        marked = tuple(
+            name
+            for name, info in self.arguments.model_fields.items()
+            if isinstance(info.json_schema_extra, dict) and info.json_schema_extra.get("sink")
+        )
+        sinks = tuple(dict.fromkeys((*(self.sinks or ()), *marked)))
+        for name in sinks:
+            if name not in self.arguments.model_fields:
+                raise ConfigurationError(f"tool {self.name!r}: sink {name!r} is not an argument")
+        object.__setattr__(self, "sink_fields", sinks)
+        object.__setattr__(self, "declares_sinks", self.sinks is not None or bool(marked))
+        if self.egress and self.effect is Effect.WRITE:
+            raise ConfigurationError(
+                f"tool {self.name!r}: egress is for reads; a write is gated as a write already"
+            )
         object.__setattr__(self, "constraints", self.constraints + _validator_rules(self.arguments))
         # pydantic's validator and serializer called directly: half the cost of model_validate and
         # model_dump_json, which matters on a path every call takes.
@@ -289,6 +309,16 @@ class ToolSpec:
     """The tool changes the world (derived from ``effect``)."""
     is_async: bool = field(init=False, default=False)
     """The handler is a coroutine function (derived)."""
+    sink_fields: tuple[str, ...] = field(init=False, default=())
+    """Every sink argument: ``sinks`` and the fields marked ``"sink"`` (derived)."""
+    declares_sinks: bool = field(init=False, default=False)
+    """The tool says which arguments are sinks (possibly none), so argument-level taint applies
+    (derived)."""
+
+    @property
+    def gated_by_taint(self) -> bool:
+        """Untrusted output in the session can make this tool wait: a write or an egress read."""
+        return self.is_write or self.egress
 
     def validate(self, data: Any) -> BaseModel:
         """Strict validation of decoded JSON into the argument model; raises ``ValidationError``."""
@@ -400,7 +430,7 @@ class ToolRegistry(Mapping[str, ToolSpec]):
         runs: set[str] = set()
         kept: dict[str, set[str]] = {}
         for spec in specs.values():
-            for need in spec.requirements:
+            for need in flat_requirements(spec.requirements):
                 for name in need.tools:
                     other = specs.get(name)
                     if other is None:
@@ -408,7 +438,7 @@ class ToolRegistry(Mapping[str, ToolSpec]):
                             f"tool {spec.name!r} requires unknown tool {name!r}"
                         )
                     if isinstance(need, SeenIn):
-                        kept.setdefault(name, set()).add(need.path)
+                        kept.setdefault(name, set()).update(need.paths)
                     elif need.field is None:
                         runs.add(name)
                     elif other.record_field is None:
@@ -420,8 +450,13 @@ class ToolRegistry(Mapping[str, ToolSpec]):
         self.results_kept = {name: tuple(sorted(paths)) for name, paths in kept.items()}
         self.kept: frozenset[str] = self.runs_kept | frozenset(self.results_kept)
         """Tools whose successes ``remember`` records (beyond their record)."""
+        mapped = (c for spec in specs.values() for c in spec.refusals.values())
         self.codes: dict[str, ReasonCode] = code_table(
-            [*codes, *(code for spec in specs.values() for code in spec.codes)]
+            [
+                *codes,
+                *(code for spec in specs.values() for code in spec.codes),
+                *(code for code in mapped if isinstance(code, DomainCode)),
+            ]
         )
         """Every code a call can end with, by spelling: the core codes, then the domain's."""
         self.authenticating: tuple[str, ...] = tuple(

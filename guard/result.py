@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from guard.codes import Code, ReasonCode
+from guard.codes import HUMAN_GATES, ReasonCode
 
 __all__ = ["Advisory", "Outcome", "Problem", "ToolResult"]
 
@@ -65,7 +65,7 @@ class Advisory:
         return {"code": str(self.code), "message": self.message}
 
 
-_HUMAN = frozenset({Code.CONFIRMATION_REQUIRED, Code.TAINTED_CONTEXT})
+_HUMAN = HUMAN_GATES
 
 
 @dataclass(kw_only=True, slots=True)

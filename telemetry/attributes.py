@@ -13,6 +13,7 @@ __all__ = [
     "APPROVAL_DECIDED_AT",
     "APPROVAL_ID",
     "APPROVAL_OUTCOME",
+    "APPROVAL_REASON",
     "APPROVAL_WAIT_MS",
     "APPROVER",
     "ARGUMENTS",
@@ -48,6 +49,10 @@ __all__ = [
     "OUTCOME",
     "PRINCIPAL",
     "PRINCIPAL_PREVIOUS",
+    "PROVENANCE_FIELD",
+    "PROVENANCE_SOURCE_STEP",
+    "PROVENANCE_SOURCE_TOOL",
+    "PROVENANCE_VALUE",
     "REJECTED_STAGE",
     "REPLAYED",
     "RESUMED",
@@ -133,6 +138,7 @@ CONFIRMED = "guard.confirmed"
 RESUMED = "guard.resumed"
 APPROVAL_ID = "guard.approval.id"
 APPROVAL_OUTCOME = "guard.approval.outcome"
+APPROVAL_REASON = "guard.approval.reason"
 APPROVER = "guard.approval.by"
 APPROVAL_DECIDED_AT = "guard.approval.decided_at"
 APPROVAL_WAIT_MS = "guard.approval.wait_ms"
@@ -163,6 +169,10 @@ SHADOW_CODE = "guard.shadow.code"
 PRINCIPAL_PREVIOUS = "guard.principal.previous"
 AUTHENTICATED = "guard.authenticated"
 TEXT_REPLACED = "guard.text_replaced"
+PROVENANCE_FIELD = "guard.provenance.field"
+PROVENANCE_VALUE = "guard.provenance.value"
+PROVENANCE_SOURCE_TOOL = "guard.provenance.source.tool"
+PROVENANCE_SOURCE_STEP = "guard.provenance.source.step"
 
 # on stage spans
 STAGE_NAME = "guard.stage.name"
@@ -319,6 +329,36 @@ CALL_ATTRIBUTES: tuple[Attribute, ...] = (
         "bool",
         "true",
         "A value held text UTF-8 cannot carry (a lone surrogate); it was replaced by U+FFFD.",
+    ),
+    _a(
+        APPROVAL_REASON,
+        "string",
+        "UNTRUSTED_VALUE",
+        "Why a human was asked: `CONFIRMATION_REQUIRED` (risk, fixed or by arguments), `TAINTED_CONTEXT` (untrusted text in the session), `UNTRUSTED_VALUE` (a sink argument no trusted source vouches for); on the asking call and on its resumption.",
+    ),
+    _a(
+        PROVENANCE_FIELD,
+        "string",
+        "to/0",
+        "`UNTRUSTED_VALUE`: the sink argument whose value made the call wait (`/index` for a list item).",
+    ),
+    _a(
+        PROVENANCE_VALUE,
+        "string",
+        "<email:7f3a9c1e>",
+        "`UNTRUSTED_VALUE`: that value, masked like the arguments (a keyed hash for a sensitive field).",
+    ),
+    _a(
+        PROVENANCE_SOURCE_TOOL,
+        "string",
+        "read_inbox",
+        "`UNTRUSTED_VALUE`: the tool whose untrusted result first held the value; absent when no source had it at all.",
+    ),
+    _a(
+        PROVENANCE_SOURCE_STEP,
+        "int",
+        "1",
+        "`UNTRUSTED_VALUE`: that call's `guard.step` in the same session (0: a call that resumed an approval); the trace view links it.",
     ),
 )
 """Attributes of the call span."""

@@ -13,7 +13,7 @@ import json
 from typing import Any, TypeAlias
 
 from guard.call import Call, stage_outcome
-from guard.codes import Code
+from guard.codes import HUMAN_GATES
 from guard.result import ToolResult
 from telemetry import attributes as attr
 from telemetry.encoder import encode_shaped, encode_span
@@ -41,7 +41,7 @@ __all__ = [
     "encode_call",
 ]
 
-_PENDING_CODES = frozenset({Code.CONFIRMATION_REQUIRED, Code.TAINTED_CONTEXT})
+_PENDING_CODES = HUMAN_GATES
 
 
 def _masked_arguments(call: Call, masker: Masker) -> str | None:
@@ -265,7 +265,7 @@ def call_attributes(
     if spec is not None:
         items += [
             (attr.EFFECT, str(spec.effect)),
-            (attr.RISK, str(spec.risk)),
+            (attr.RISK, str(spec.risk if call.risk is None else call.risk)),
             (attr.TOOL_VERSION, spec.version),
             (attr.SCHEMA_HASH, spec.schema_hash),
             (attr.UNTRUSTED, spec.untrusted_output),
@@ -285,6 +285,19 @@ def call_attributes(
                 ]
         elif code in _PENDING_CODES:
             items.append((attr.APPROVAL_OUTCOME, "pending"))
+        reason = call.approval.reason if call.approval is not None else code
+        if reason in _PENDING_CODES:
+            items.append((attr.APPROVAL_REASON, str(reason)))
+    hit = call.provenance
+    if hit is not None:
+        sensitive = spec is not None and hit.field.split("/")[0] in spec.sensitive_fields
+        masked = masker.short_hash(hit.value) if sensitive else masker.text(hit.value)
+        items += [(attr.PROVENANCE_FIELD, hit.field), (attr.PROVENANCE_VALUE, masked)]
+        if hit.source is not None and hit.source.tool is not None:
+            items += [
+                (attr.PROVENANCE_SOURCE_TOOL, hit.source.tool),
+                (attr.PROVENANCE_SOURCE_STEP, hit.source.step),
+            ]
     key = result.idempotency_key or call.idempotency_key
     if key is not None:
         items.append((attr.IDEMPOTENCY_KEY_HASH, masker.short_hash(key)))

@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from guard.codes import Code
+from guard.codes import HUMAN_GATES
 from guard.errors import ConfigurationError
 from guard.pipeline import Guard, Session
 from guard.registry import Handler, ToolContext, ToolSpec
@@ -44,7 +44,7 @@ ToolOptions = Mapping[str, Mapping[str, Any]]
 """Per tool name, the ``guard.ToolSpec`` settings a framework's tool does not carry itself:
 ``effect``, ``risk``, ``scope``, ``check``, ``prerequisite``, ``result_model``, ``timeout``..."""
 
-HUMAN_CODES = frozenset({Code.CONFIRMATION_REQUIRED, Code.TAINTED_CONTEXT})
+HUMAN_CODES = HUMAN_GATES
 """Codes that wait for a human: the adapter hands them to the framework's human-in-the-loop."""
 
 framework_context: ContextVar[Any] = ContextVar("callgate_framework_context", default=None)

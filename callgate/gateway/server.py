@@ -31,6 +31,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from callgate.gateway.gateway import Gateway
 from guard import Code, ToolResult
+from guard.codes import HUMAN_GATES
 from guard.providers.mcp import render_mcp
 from guard.stores import PendingAction
 
@@ -44,7 +45,7 @@ Identity = Callable[[ServerRequestContext[Any, Any]], tuple[str, str]]
 ELICITATION_KEY = "callgate_approval"
 """The key of the approval question in an ``InputRequiredResult``."""
 
-_ASKS = frozenset({Code.CONFIRMATION_REQUIRED, Code.TAINTED_CONTEXT})
+_ASKS = HUMAN_GATES
 
 _QUESTION: dict[str, Any] = {
     "type": "object",
@@ -128,6 +129,8 @@ def _question(action: PendingAction) -> str:
     why = (
         "outside content was read earlier in this conversation"
         if action.reason == Code.TAINTED_CONTEXT
+        else "a value in it came from outside content, not from the user"
+        if action.reason == Code.UNTRUSTED_VALUE
         else "this action needs a human's approval"
     )
     expires = datetime.fromtimestamp(action.expires_at, UTC).isoformat(timespec="seconds")

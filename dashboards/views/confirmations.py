@@ -66,6 +66,27 @@ def render(ctx: PageContext) -> None:
         ],
         hide_index=True,
     )
+    if found.reasons:
+        st.subheader("Why a human was asked")
+        st.dataframe(
+            [
+                {
+                    "reason": r.reason,
+                    "asked": r.asked,
+                    "approved": r.approved,
+                    "denied": r.denied,
+                    "expired": r.expired,
+                }
+                for r in found.reasons
+            ],
+            hide_index=True,
+        )
+        st.caption(
+            "taint: untrusted text was read in the session (session-wide mode, or a tool that "
+            "declares no sinks); untrusted value: a sink argument no trusted source vouches for; "
+            "risk: a risky call, by the tool or by its arguments. What each reason costs in "
+            "approvals."
+        )
     outcomes = [(name, label) for name, label, _ in data.FUNNEL_STEPS if name != "required"]
     st.altair_chart(
         charts.stacked_bars(

@@ -115,6 +115,25 @@ def _watched(found: data.RejectionsData) -> None:
             ],
             hide_index=True,
         )
+    if found.shadow_waits:
+        st.subheader("Shadow mode: would have waited for a human")
+        st.caption(
+            "Not refusals: with enforcement on, these calls would wait for an approval (risk, "
+            "taint, an untrusted value). What enforcement would cost in approvals."
+        )
+        st.dataframe(
+            [
+                {
+                    "tool": r.tool,
+                    "code": r.code,
+                    "would have waited": r.would_have_rejected,
+                    "shadow calls": r.shadow_calls,
+                    "rate": fmt.rate(r.rate),
+                }
+                for r in found.shadow_waits
+            ],
+            hide_index=True,
+        )
     if found.warnings:
         st.subheader("Warnings that let calls through")
         st.dataframe(

@@ -164,6 +164,7 @@ def _why(ctx: PageContext, view: reconstruct.TraceView, call: reconstruct.CallSu
             + f". Later writes in session {safe.text(call.session)} wait for a human."
         )
         _evidence(attributes.get(A.INJECTION_EXCERPT))
+    _value_source(view)
     held = any(c.code == data.TAINTED_CONTEXT for c in (*view.calls, *view.approvals))
     if not held:
         return
@@ -192,6 +193,28 @@ def _evidence(excerpt: object) -> None:
     if excerpt:
         st.caption("The text that matched (masked, cut around the match):")
         st.code(str(excerpt), language=None, wrap_lines=True)
+
+
+def _value_source(view: reconstruct.TraceView) -> None:
+    """For a call held as UNTRUSTED_VALUE: which argument, its masked value, and the earlier call
+    whose untrusted output held it, linked (analytics' ``TraceView.value_from``)."""
+    held = next((c for c in (*view.calls, *view.approvals) if c.provenance_field), None)
+    if held is None:
+        return
+    where = (
+        f"Argument **{safe.text(_shown(held.provenance_field))}** carries "
+        f"{safe.text(_shown(held.provenance_value))}, which no trusted source vouches for"
+    )
+    if not view.value_from:
+        st.error(f"**Held: untrusted value.** {where}; no earlier result of the session had it.")
+        return
+    source = view.value_from[0]
+    st.error(
+        f"**Held: untrusted value.** {where}. It came from step {safe.text(_shown(source.step))}, "
+        f"**{safe.text(_shown(source.tool))}** at {fmt.when(source.start_time)} UTC"
+        + _injection(source.injection_detected, source.injection_rule)
+        + f". [Open the call the value came from](<{trace_link(trace=source.trace_id)}>)"
+    )
 
 
 def _injection(detected: object, rule: object) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Awaitable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from guard.call import Call
@@ -12,6 +12,8 @@ from guard.clock import Clock
 from guard.codes import ReasonCode
 from guard.observe import Observer
 from guard.policy import Policy
+from guard.provenance import ProvenanceLedger
+from guard.refusals import Refusals
 from guard.registry import ToolRegistry
 from guard.result import Outcome, ToolResult
 from guard.stores.base import ApprovalStore, CounterStore, IdempotencyStore
@@ -46,6 +48,10 @@ class Env:
     observer: Observer
     deps: Any = None
     """The host's dependencies, handed to every check and handler (``CheckContext.deps``)."""
+    refusals: Refusals = field(default_factory=dict, compare=False)
+    """The guard's map of library exceptions to refusal codes (``Guard(refusals=...)``)."""
+    provenance: ProvenanceLedger | None = None
+    """Where values came from, when the guard keeps provenance (see ``Policy.record_provenance``)."""
 
 
 def reject(

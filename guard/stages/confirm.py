@@ -18,6 +18,8 @@ _ASK = {
     Code.CONFIRMATION_REQUIRED: "This action needs a human's approval before it runs.",
     Code.TAINTED_CONTEXT: "Outside content was read in this conversation, so a human must approve "
     "any change before it runs.",
+    Code.UNTRUSTED_VALUE: "A value in this call came from outside content, not from the user or "
+    "their records, so a human must approve it before it runs.",
 }
 
 
@@ -38,19 +40,21 @@ class ConfirmStage:
         spec = call.spec
         assert spec is not None and call.canonical is not None and call.fingerprint is not None
         reason = call.needs_human
-        if reason is None and spec.is_write and spec.risk >= self.env.policy.confirm_at:
+        risk = spec.risk if call.risk is None else call.risk
+        if reason is None and spec.is_write and risk >= self.env.policy.confirm_at:
             reason = Code.CONFIRMATION_REQUIRED
         if reason is None:
             return None
+        ask = _ASK[reason] if call.human_message is None else call.human_message
         if call.shadowed:  # shadow mode asks nobody: the would-be decision is recorded, no approval
-            return reject(call, reason, f"{_ASK[reason]} (shadow mode: not enforced)")
+            return reject(call, reason, f"{ask} (shadow mode: not enforced)")
         now, approvals = call.now, self.env.approvals
         key = proposal_key(call.session_id, spec.name, call.canonical)
         action = approvals.find_pending(key, now=now) or self._create(call, key, reason, now)
         return reject(
             call,
             reason,
-            f"{_ASK[reason]} It is waiting as {action.id}. Tell the user it awaits approval; "
+            f"{ask} It is waiting as {action.id}. Tell the user it awaits approval; "
             "do not call the tool again for it.",
             data={"approval_id": action.id, "expires_at": action.expires_at},
             approval_id=action.id,

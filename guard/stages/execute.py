@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from guard.call import Call, Reservation, RetryRecord
 from guard.codes import Code
 from guard.errors import RuleViolation, TransientError
+from guard.refusals import as_refusal
 from guard.registry import ToolContext
 from guard.result import Outcome, ToolResult
 from guard.stages.base import Env, reject
@@ -98,13 +99,14 @@ class ExecuteStage:
             attempt=call.attempts,
             timeout=call.spec.timeout,
             approval_id=call.approval.id if call.approval else None,
-            deps=self.env.deps,
+            deps=self.env.deps if call.deps is None else call.deps,
         )
 
     def _failed(self, call: Call, error: Exception) -> ToolResult | float:
         """The result that ends the call, or the seconds to wait before the next attempt."""
         spec = call.spec
         assert spec is not None
+        error = as_refusal(error, spec.refusals, self.env.refusals) or error  # a library's own
         if isinstance(error, RuleViolation):
             self._release(call)
             return reject(call, error.code, error.message, data=error.data)
@@ -197,6 +199,15 @@ class ExecuteStage:
             )
         if spec.name in env.registry.kept:  # what later prerequisites of the session ask for
             remember(call, env, now)
+        if env.provenance is not None:  # before the taint mark: values first, then the gate opens
+            env.provenance.record(
+                call.session_id,
+                data,
+                tool=spec.name,
+                step=call.step,
+                trusted=not spec.untrusted_output,
+                now=now,
+            )
         if spec.untrusted_output:
             env.counters.incr(taint_key(call.session_id), now=now, ttl=policy.session_ttl)
             call.untrusted_text = tuple(_texts(data))

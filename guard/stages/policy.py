@@ -1,15 +1,23 @@
-"""Stage 6: limits in code, and capability separation after untrusted content."""
+"""Stage 6: limits in code, risk by arguments, and capability separation after untrusted content."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
+from enum import Enum
+
+from pydantic import BaseModel
 
 from guard.call import Call, Reservation
 from guard.codes import Code
+from guard.policy import TaintMode
+from guard.provenance import ProvenanceHit
+from guard.registry import Risk
 from guard.result import ToolResult
 from guard.stages.base import Env, reject
+from guard.stages.rules import check_context
 
-__all__ = ["PolicyStage", "day_key", "taint_key"]
+__all__ = ["PolicyStage", "day_key", "sink_values", "taint_key"]
 
 DAY = 86_400.0
 
@@ -58,11 +66,60 @@ class PolicyStage:
                         "offer the user a human agent.",
                     )
                 call.reservations += (Reservation(key=key, amount=value, limit=limit.per_day),)
+            if limit.confirm_above is not None and value > limit.confirm_above:
+                call.risk = Risk.HIGH  # risk by arguments: it waits for a human like a risky call
+                self._ask(call, Code.CONFIRMATION_REQUIRED)
+        if spec.risk_by is not None:
+            call.risk = max(
+                call.risk or Risk.LOW, spec.risk_by(arguments, check_context(call, env))
+            )
         if (
-            spec.is_write
+            spec.gated_by_taint
             and call.approval is None
+            and call.needs_human is None
             and env.policy.taint_requires_confirmation
             and env.counters.get(taint_key(call.session_id), now=now) > 0
         ):
-            call.needs_human = Code.TAINTED_CONTEXT
+            self._ask(call, self._taint_gate(call))
         return None
+
+    def _ask(self, call: Call, code: Code | None) -> None:
+        if call.approval is None and call.needs_human is None:  # one reason, one approval
+            call.needs_human = code
+
+    def _taint_gate(self, call: Call) -> Code | None:
+        """Session-wide: every gated call waits. Argument-level: the first sink argument whose
+        value no trusted source vouches for (``VOUCHED``), or that came from untrusted output
+        (``UNTRUSTED``) makes it wait; a tool that declares no sinks is gated session-wide."""
+        spec, ledger, mode = call.spec, self.env.provenance, self.env.policy.taint_mode
+        assert spec is not None and call.arguments is not None
+        if mode is TaintMode.SESSION or ledger is None or not spec.declares_sinks:
+            return Code.TAINTED_CONTEXT
+        strict = mode is TaintMode.VOUCHED
+        for where, value in sink_values(call.arguments, spec.sink_fields):
+            found = ledger.lookup(call.session_id, value, now=call.now)
+            if found.vouched or not (strict or found.only_untrusted):
+                continue
+            call.provenance = ProvenanceHit(field=where, value=found.value, source=found.untrusted)
+            return Code.UNTRUSTED_VALUE
+        return None
+
+
+def sink_values(arguments: BaseModel, fields: tuple[str, ...]) -> Iterator[tuple[str, object]]:
+    """Each scalar a sink argument carries, with its place: ``to``, ``recipients/1``,
+    ``payee/iban``. None carries nothing (an optional sink left out)."""
+    for name in fields:
+        yield from _scalars(name, getattr(arguments, name))
+
+
+def _scalars(where: str, value: object) -> Iterator[tuple[str, object]]:
+    if isinstance(value, BaseModel):
+        value = value.model_dump(mode="json")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from _scalars(f"{where}/{key}", item)
+    elif isinstance(value, list | tuple | set | frozenset):
+        for index, item in enumerate(value):
+            yield from _scalars(f"{where}/{index}", item)
+    elif value is not None:
+        yield where, value.value if isinstance(value, Enum) else value

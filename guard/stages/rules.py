@@ -9,13 +9,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from guard.call import Call
-from guard.codes import Code
-from guard.errors import RuleViolation, TransientError
-from guard.registry import CheckContext, Prerequisite, SeenIn, ToolSpec
+from guard.codes import Code, ReasonCode
+from guard.errors import HumanRequired, RuleViolation, TransientError
+from guard.provenance import Provenance
+from guard.refusals import as_refusal
+from guard.registry import AnyOf, CheckContext, Requirement, SeenIn, ToolSpec
 from guard.result import Problem, ToolResult
 from guard.stages.base import Env, reject
 
-__all__ = ["RuleStage", "ran_key", "remember", "seen_key", "value_key"]
+__all__ = ["RuleStage", "check_context", "ran_key", "remember", "seen_key", "value_key"]
 
 log = logging.getLogger("guard")
 
@@ -55,11 +57,14 @@ class RuleStage:
                 return missing
         if spec.check is None:
             return None
-        context: CheckContext[Any] = CheckContext(
-            principal=call.principal, session_id=call.session_id, deps=self.env.deps
-        )
+        context = check_context(call, self.env)
         try:
-            spec.check(arguments, context)
+            try:
+                spec.check(arguments, context)
+            except Exception as error:  # a library's own exception, mapped to a refusal
+                raise as_refusal(error, spec.refusals, self.env.refusals) or error from None
+        except HumanRequired as asked:
+            context.ask_human(asked.code, asked.message)
         except RuleViolation as violation:
             call.problems = violation.problems
             return reject(
@@ -83,12 +88,14 @@ class RuleStage:
             return reject(call, Code.INTERNAL_ERROR, _INTERNAL)
         if context.warnings:
             call.warnings = tuple(context.warnings)
+        if context.human is not None and call.approval is None:
+            return _ask_human(call, *context.human)
         return None
 
-    def _missing(
-        self, call: Call, spec: ToolSpec, need: Prerequisite | SeenIn
-    ) -> ToolResult | None:
+    def _missing(self, call: Call, spec: ToolSpec, need: Requirement) -> ToolResult | None:
         counters, now, sid = self.env.counters, call.now, call.session_id
+        if isinstance(need, AnyOf):
+            return self._none_of(call, spec, need)
         if isinstance(need, SeenIn):
             return self._unseen(call, spec, need)
         tools = need.tools
@@ -112,6 +119,27 @@ class RuleStage:
             data={"call_first": list(tools)},
         )
 
+    def _none_of(self, call: Call, spec: ToolSpec, need: AnyOf) -> ToolResult | None:
+        """Either-or: the first option that holds lets the call through; when none does, the
+        model is told every way, and the problems of them all are kept."""
+        missing: list[ToolResult] = []
+        found: list[Problem] = []
+        for option in need.options:
+            call.problems = ()
+            if (result := self._missing(call, spec, option)) is None:
+                return None
+            missing.append(result)
+            found += call.problems
+        call.problems = tuple(found)
+        problems = [p for r in missing for p in (r.data or {}).get("problems", ())]
+        call_first = list(dict.fromkeys(t for r in missing for t in (r.data or {})["call_first"]))
+        return reject(
+            call,
+            Code.PREREQUISITE_MISSING,
+            " Or: ".join(r.message for r in missing),
+            data={"call_first": call_first, **({"problems": problems} if problems else {})},
+        )
+
     def _unseen(self, call: Call, spec: ToolSpec, need: SeenIn) -> ToolResult | None:
         counters, now, sid = self.env.counters, call.now, call.session_id
         value = getattr(call.arguments, need.field)
@@ -120,12 +148,14 @@ class RuleStage:
             Problem(
                 path=f"/{need.field}" + ("" if index is None else f"/{index}"),
                 rule="seen_in",
-                expected=f"a value from a {_either(need.tools)} result ({need.path})",
+                expected=f"a value from a {_either(need.tools)} result ({_either(need.paths)})",
                 got=_got(item),
             )
             for index, item in items
             if not any(
-                counters.get(value_key(sid, name, need.path, item), now=now) for name in need.tools
+                counters.get(value_key(sid, name, path, item), now=now)
+                for name in need.tools
+                for path in need.paths
             )
         ]
         if not problems:
@@ -138,6 +168,31 @@ class RuleStage:
             f"the {need.field} it returns, then call {spec.name} again; do not guess ids.",
             data={"problems": [p.to_dict() for p in problems], "call_first": list(need.tools)},
         )
+
+
+def check_context(call: Call, env: Env) -> CheckContext[Any]:
+    """What a check (or ``risk_by``) of ``call`` may know: who asks, the deps, the provenance."""
+    ledger = env.provenance
+    lookup = None
+    if ledger is not None:
+        session_id, now = call.session_id, call.now
+
+        def lookup(value: object) -> Provenance:
+            return ledger.lookup(session_id, value, now=now)
+
+    deps = env.deps if call.deps is None else call.deps
+    return CheckContext(
+        principal=call.principal, session_id=call.session_id, deps=deps, lookup=lookup
+    )
+
+
+def _ask_human(call: Call, code: ReasonCode, message: str | None) -> ToolResult | None:
+    """A check asked for a human: the confirm stage asks, once, with the check's reason."""
+    if not (isinstance(code, Code) and code.asks_human):
+        log.error("check of %s asked for a human with %s, not a human-gate code", call.tool, code)
+        return reject(call, Code.INTERNAL_ERROR, _INTERNAL)
+    call.needs_human, call.human_message = code, message
+    return None
 
 
 def remember(call: Call, env: Env, now: float) -> None:

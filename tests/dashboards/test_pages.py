@@ -255,6 +255,13 @@ class TestConfirmations:
             (r.tool, r.required) for r in rows
         ]
 
+    def test_human_gates_by_reason(self, app: AppTest, con: duckdb.DuckDBPyConnection) -> None:
+        """The reasons table is analytics' human_gates_by_reason, row for row."""
+        open_page(app, "confirmations")
+        shown = [(r["reason"], r["asked"], r["denied"]) for r in records(app, 1)]
+        assert shown == [(g.reason, g.asked, g.denied) for g in gates.human_gates_by_reason(con)]
+        assert shown
+
 
 class TestLoops:
     def test_tables_equal_loop_guards_replays_and_sessions(

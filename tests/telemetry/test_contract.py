@@ -57,6 +57,12 @@ NOT_FROM_THE_SHOP = {
     attributes.SHADOW_CODE,
     attributes.PRINCIPAL_PREVIOUS,
     attributes.AUTHENTICATED,
+    # argument-level taint (issue 20): the shop declares no sinks;
+    # tests/telemetry/test_provenance_spans.py emits them
+    attributes.PROVENANCE_FIELD,
+    attributes.PROVENANCE_VALUE,
+    attributes.PROVENANCE_SOURCE_TOOL,
+    attributes.PROVENANCE_SOURCE_STEP,
 }
 
 
