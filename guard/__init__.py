@@ -5,7 +5,7 @@ from guard.clock import Clock, SystemClock
 from guard.codes import Code, DomainCode, ReasonCode
 from guard.errors import ConfigurationError, GuardError, RuleViolation, TransientError
 from guard.observe import BaseObserver, MultiObserver, NullObserver, Observer
-from guard.pipeline import ApprovalNotFound, Guard, Session
+from guard.pipeline import ApprovalNotFound, Guard, PrincipalSwitch, Session
 from guard.policy import AmountLimit, Policy, RateLimit, RolePolicy
 from guard.registry import (
     CheckContext,
@@ -44,6 +44,7 @@ __all__ = [
     "Policy",
     "Prerequisite",
     "Principal",
+    "PrincipalSwitch",
     "Problem",
     "RateLimit",
     "ReasonCode",

@@ -46,6 +46,8 @@ class Env:
     observer: Observer
     deps: Any = None
     """The host's dependencies, handed to every check and handler (``CheckContext.deps``)."""
+    seal_key: bytes
+    """The key pending actions are sealed with (``guard.stages.confirm.seal_key``)."""
 
 
 def reject(
