@@ -52,6 +52,7 @@ def seal(action: PendingAction, key: bytes) -> str:
     text = json.dumps(facts, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hmac.new(key, text.encode(), hashlib.sha256).hexdigest()
 
+
 _ASK = {
     Code.CONFIRMATION_REQUIRED: "This action needs a human's approval before it runs.",
     Code.TAINTED_CONTEXT: "Outside content was read in this conversation, so a human must approve "
