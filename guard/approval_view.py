@@ -80,13 +80,13 @@ def _json_escape(char: str) -> str:
 def visible_json(value: Any, *, indent: int | None = None) -> str:
     """``value`` as JSON that parses back to the exact value, with hidden characters escaped.
 
-    Outside strings JSON text holds only ASCII, so escaping every hidden non-ASCII character of
-    the dumped text only touches strings (the ASCII ones json already escapes, but for spaces and
-    the newlines of ``indent``)."""
+    Outside strings the dumped text holds only printable ASCII and the newlines of ``indent``,
+    and json escapes every newline inside a string, so escaping each other hidden character
+    only touches strings."""
     text = json.dumps(value, ensure_ascii=False, indent=indent)
-    if text.isascii():
+    if text.isascii() and "\x7f" not in text:
         return text
-    return "".join(_json_escape(c) if not c.isascii() and _hidden(c) else c for c in text)
+    return "".join(_json_escape(c) if c != "\n" and _hidden(c) else c for c in text)
 
 
 def effective_state(action: PendingAction, now: float | None = None) -> ApprovalState:

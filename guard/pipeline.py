@@ -17,7 +17,7 @@ from guard.registry import ToolRegistry, ToolSpec
 from guard.result import Outcome, ToolResult
 from guard.session import Principal
 from guard.stages import Env, Stage, default_chain, reject
-from guard.stages.confirm import seal_key
+from guard.stages.confirm import seal_key, sealed
 from guard.stages.idempotency import stored
 from guard.stores.base import (
     ApprovalState,
@@ -371,7 +371,9 @@ class Guard:
             scopes=frozenset(action.scopes),
             authenticated=action.authenticated,
         )
-        approved = action.state is ApprovalState.APPROVED
+        # A seal that does not verify goes straight to confirm, which refuses it: no stage reads
+        # facts someone may have edited (a forged principal, role or scopes) before that.
+        approved = action.state is ApprovalState.APPROVED and sealed(action, self.env.seal_key)
         stages = self._resume_stages if approved else self._confirm_stages
         call = Call(
             tool=action.tool,

@@ -25,7 +25,7 @@ from guard.stages.base import Env, reject
 from guard.stages.idempotency import proposal_key
 from guard.stores.base import PENDING_ACTION_FIELDS, ApprovalState, PendingAction
 
-__all__ = ["ConfirmStage", "seal", "seal_key"]
+__all__ = ["ConfirmStage", "seal", "seal_key", "sealed"]
 
 log = logging.getLogger("guard")
 
@@ -51,6 +51,11 @@ def seal(action: PendingAction, key: bytes) -> str:
     facts = {name: getattr(action, name) for name in PENDING_ACTION_FIELDS if name not in _UNSEALED}
     text = json.dumps(facts, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hmac.new(key, text.encode(), hashlib.sha256).hexdigest()
+
+
+def sealed(action: PendingAction, key: bytes) -> bool:
+    """``action``'s facts are those it was filed with, under ``key``."""
+    return hmac.compare_digest(action.seal, seal(action, key))
 
 
 _ASK = {
@@ -133,7 +138,7 @@ class ConfirmStage:
                 "The approval window closed before anyone decided. Nothing was done; ask the user "
                 "whether to propose it again.",
             )
-        if not hmac.compare_digest(action.seal, seal(action, self.env.seal_key)):
+        if not sealed(action, self.env.seal_key):
             log.error("pending action %s does not match its seal: not run", action.id)
             return reject(
                 call,
