@@ -1,5 +1,5 @@
 """What every adapter shares: argument models from a framework's function, the result as text,
-the session check on approvals, and the framework context a wrapped tool runs in.
+the action a decision was shown, and the framework context a wrapped tool runs in.
 
 A framework's own tool becomes a ``guard.ToolSpec`` whose argument model is built from the
 function's signature (the same annotations the framework reads), closed with ``extra="forbid"``
@@ -29,7 +29,6 @@ from guard.stores.base import PendingAction
 __all__ = [
     "HUMAN_CODES",
     "ToolOptions",
-    "approval_for",
     "approval_request",
     "current_framework_context",
     "current_tool_context",
@@ -208,20 +207,6 @@ def approval_request(action: PendingAction) -> dict[str, Any]:
         "warnings": json.loads(action.warnings),
         "question": approval_question(action),
     }
-
-
-def approval_for(guard: Guard, session: Session, approval_id: str, tool: str) -> str:
-    """``approval_id`` if it is this session's pending action for ``tool``; else ConfigurationError.
-
-    The host passes the id back through the framework; checking it keeps one session (or a
-    mistyped id) from resuming another session's action.
-    """
-    action = guard.pending(approval_id)
-    if action is None or action.session_id != session.id or action.tool != tool:
-        raise ConfigurationError(
-            f"approval {approval_id!r} is not a pending {tool!r} action of session {session.id!r}"
-        )
-    return approval_id
 
 
 def function_spec(

@@ -60,6 +60,7 @@ from callgate.adapters._common import (
     model_text,
     shown_action,
 )
+from guard.approval_view import approval_question
 from guard.errors import ConfigurationError
 from guard.pipeline import Guard, Session
 from guard.providers._schema import neutral_schema, strict_schema
@@ -178,6 +179,11 @@ class GuardTools:
         return shown_action(
             self.guard, session, item.name, item.arguments or "{}", call_id=item.call_id
         )
+
+    def question(self, session: Session, item: ToolApprovalItem) -> str | None:
+        """The escaped text to ask the approver about an interruption (``approval_question``)."""
+        action = self.pending(session, item)
+        return None if action is None else approval_question(action)
 
     def approve(
         self, state: RunState[Any], item: ToolApprovalItem, *, session: Session, by: str

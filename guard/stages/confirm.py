@@ -139,7 +139,11 @@ class ConfirmStage:
                 "whether to propose it again.",
             )
         if not sealed(action, self.env.seal_key):
-            log.error("pending action %s does not match its seal: not run", action.id)
+            log.error(
+                "pending action %s does not match its seal: not run (edited in the store, or "
+                "filed by a process with another key: set CALLGATE_MASKING_KEY or approval_key)",
+                action.id,
+            )
             return reject(
                 call,
                 Code.CONFIRMATION_DENIED,

@@ -310,6 +310,8 @@ class TestLateDecisions:
         (item,) = first.interruptions
         shown = gate.pending(deps.session, item)
         assert shown is not None
+        question = gate.question(deps.session, item)
+        assert question is not None and question.startswith("Approve refund_order for CUS-1?")
         state = first.to_state()
         ttl = shop.guard.policy.confirmation_ttl + 1
         if when != "resumed-late":
