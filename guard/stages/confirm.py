@@ -90,7 +90,10 @@ class ConfirmStage:
             return reject(call, reason, f"{_ASK[reason]} (shadow mode: not enforced)")
         now, approvals = call.now, self.env.approvals
         key = proposal_key(call.session_id, spec.name, call.canonical)
-        action = approvals.find_pending(key, now=now) or self._create(call, key, reason, now)
+        action = approvals.find_pending(key, now=now)
+        # One that does not verify could never run (edited, or filed under another key): file anew.
+        if action is None or not sealed(action, self.env.seal_key):
+            action = self._create(call, key, reason, now)
         return reject(
             call,
             reason,
@@ -120,9 +123,9 @@ class ConfirmStage:
             warnings=json.dumps([w.to_dict() for w in call.warnings], separators=(",", ":")),
             sensitive=tuple(sorted(call.spec.sensitive_fields)),
         )
-        sealed = replace(action, seal=seal(action, self.env.seal_key))
-        self.env.approvals.create(sealed)
-        return sealed
+        filed = replace(action, seal=seal(action, self.env.seal_key))
+        self.env.approvals.create(filed)
+        return filed
 
     def _decided(self, call: Call, action: PendingAction) -> ToolResult | None:
         if action.state is ApprovalState.DENIED:

@@ -226,6 +226,22 @@ class TestSeal:
         finally:
             stores.close()
 
+    def test_a_repeat_after_a_restart_without_the_key_files_anew(self, tmp_path: Path) -> None:
+        """The model proposes again under a process with another key: a new action it can run."""
+        world = World()
+        store = SQLiteApprovalStore(tmp_path / "guard.db")
+        try:
+            before = payout_guard(World(), approvals=store, approval_key="old")
+            principal = Principal(id="U1", role="agent")
+            first = before.session("s1", principal).execute("payout", PAYOUT)
+            after = payout_guard(world, approvals=store, approval_key="new")
+            again = after.session("s1", principal).execute("payout", PAYOUT)
+            assert again.approval_id is not None and again.approval_id != first.approval_id
+            assert after.approve(again.approval_id, by="alice").ok
+            assert len(world.runs) == 1
+        finally:
+            store.close()
+
     def test_the_masking_key_is_the_default(
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
