@@ -193,8 +193,8 @@ def _decide(
 def _decided_here(action: PendingAction, *, by: str, now: float) -> bool:
     """This command's decision is the one recorded: the store returns a decided action unchanged,
     so a decision taken by anyone else (or by this approver earlier) carries another time."""
-    wanted = action.state in (ApprovalState.APPROVED, ApprovalState.DENIED)
-    return wanted and action.decided_by == by and action.decided_at == now
+    decided = action.state in (ApprovalState.APPROVED, ApprovalState.DENIED)
+    return decided and action.decided_by == by and action.decided_at == now
 
 
 def _approver() -> str:
