@@ -5,21 +5,30 @@ gateway and embedded guards alike. Deciding here only records the decision (atom
 racing get one decision); the process that holds the tool resumes the call. The gateway watches its
 pending actions and runs an approved one at once; an embedded host calls ``guard.approve``, which
 finds the decision already made and runs the call.
+
+What it prints goes through ``guard.approval_view``: sensitive arguments masked, attacker-shaped
+text (bidi overrides, newlines, zero-width characters) escaped. A decision that did not change the
+action (it was already decided, or another approver won the race) exits 1 and names who decided.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 import click
 
+from guard.approval_view import (
+    approval_facts,
+    approval_line,
+    effective_state,
+    visible,
+    visible_json,
+)
 from guard.stores import (
     ApprovalState,
     ApprovalStore,
@@ -47,8 +56,13 @@ class OpenStores:
         self.closer.close()
 
 
-def open_stores(spec: str, *, retention: float = 7 * 86_400.0) -> OpenStores:
-    """Open the stores named by ``spec``: ``redis://...`` or a SQLite file path."""
+def open_stores(
+    spec: str, *, retention: float = 7 * 86_400.0, allow_writable_file: bool = False
+) -> OpenStores:
+    """Open the stores named by ``spec``: ``redis://...`` or a SQLite file path.
+
+    A SQLite file is created 0600; one the group or others may write is refused
+    (``PermissionError``) unless ``allow_writable_file``."""
     if spec.startswith(("redis://", "rediss://", "unix://")):
         from guard.stores.redis import open_redis_stores
 
@@ -60,7 +74,9 @@ def open_stores(spec: str, *, retention: float = 7 * 86_400.0) -> OpenStores:
             counters=redis_stores.counters,
             closer=redis_stores,
         )
-    sqlite_stores = open_sqlite_stores(spec, retention=retention)
+    sqlite_stores = open_sqlite_stores(
+        spec, retention=retention, allow_writable_file=allow_writable_file
+    )
     return OpenStores(
         spec=spec,
         idempotency=sqlite_stores.idempotency,
@@ -74,48 +90,21 @@ def list_actions(stores: OpenStores, *, state: ApprovalState | None = None) -> l
     """Every approval the store holds (optionally in one state), newest first."""
     actions = [a for i in stores.approvals.ids() if (a := stores.approvals.get(i)) is not None]
     if state is not None:
-        actions = [a for a in actions if _effective_state(a) is state]
+        actions = [a for a in actions if effective_state(a) is state]
     return sorted(actions, key=lambda a: a.created_at, reverse=True)
 
 
-def _effective_state(action: PendingAction, now: float | None = None) -> ApprovalState:
-    """A pending action past its expiry is expired, whether or not anyone tried to decide it."""
-    now = time.time() if now is None else now
-    if action.state is ApprovalState.PENDING and action.expires_at < now:
-        return ApprovalState.EXPIRED
-    return action.state
-
-
-def describe(action: PendingAction) -> dict[str, Any]:
-    """The action as an approver reads it: who, what, the exact arguments, when, and its state."""
-    return {
-        "id": action.id,
-        "state": str(_effective_state(action)),
-        "tool": action.tool,
-        "arguments": json.loads(action.arguments),
-        "reason": action.reason,
-        "principal": action.principal_id,
-        "role": action.role,
-        "session": action.session_id,
-        "created_at": _when(action.created_at),
-        "expires_at": _when(action.expires_at),
-        "decided_by": action.decided_by,
-        "decided_at": _when(action.decided_at) if action.decided_at is not None else None,
-    }
-
-
-def _when(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds")
-
-
 @contextmanager
-def _opened(store: str | None) -> Iterator[OpenStores]:
+def _opened(store: str | None, allow_writable: bool) -> Iterator[OpenStores]:
     spec = store or os.environ.get("CALLGATE_STORE")
     if not spec:
         raise click.UsageError("name the store: --store PATH_OR_REDIS_URL (or CALLGATE_STORE)")
     if not spec.startswith(("redis://", "rediss://", "unix://")) and not os.path.exists(spec):
         raise click.ClickException(f"no store at {spec}")
-    stores = open_stores(spec)
+    try:
+        stores = open_stores(spec, allow_writable_file=allow_writable)
+    except PermissionError as err:
+        raise click.ClickException(str(err)) from None
     try:
         yield stores
     finally:
@@ -128,6 +117,14 @@ _STORE = click.option(
     default=None,
     metavar="PATH|URL",
     help="The SQLite file or redis:// URL the guard or gateway uses (env CALLGATE_STORE).",
+)
+
+_WRITABLE = click.option(
+    "--allow-writable-store",
+    "allow_writable",
+    is_flag=True,
+    help="Open a SQLite store the group or others may write (refused by default: whoever can "
+    "write it can approve actions).",
 )
 
 
@@ -145,51 +142,59 @@ def approvals() -> None:
     help="Only actions in this state (default: all).",
 )
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
-def list_command(store: str | None, state: str | None, as_json: bool) -> None:
-    """List approvals, newest first."""
-    with _opened(store) as stores:
+@_WRITABLE
+def list_command(store: str | None, state: str | None, as_json: bool, allow_writable: bool) -> None:
+    """List approvals, newest first (sensitive arguments masked, hidden characters escaped)."""
+    with _opened(store, allow_writable) as stores:
         actions = list_actions(stores, state=ApprovalState(state) if state else None)
     if as_json:
         for action in actions:
-            click.echo(json.dumps(describe(action), ensure_ascii=False))
+            click.echo(visible_json(approval_facts(action)))
         return
     if not actions:
         click.echo("no approvals")
         return
     for action in actions:
-        info = describe(action)
-        decided = f" by {info['decided_by']}" if info["decided_by"] else ""
-        click.echo(
-            f"{info['id']}  {info['state']:<8}{decided}  {info['tool']}  "
-            f"{action.arguments}  expires {info['expires_at']}"
-        )
+        click.echo(approval_line(action))
 
 
 @approvals.command("show")
 @_STORE
 @click.argument("approval_id")
-def show_command(store: str | None, approval_id: str) -> None:
-    """Everything about one approval: the exact arguments it binds, who asked, who decided, expiry."""
-    with _opened(store) as stores:
+@_WRITABLE
+def show_command(store: str | None, approval_id: str, allow_writable: bool) -> None:
+    """Everything about one approval: the arguments it binds (sensitive ones masked), who asked
+    and whether they were identified, the checks' warnings, who decided, expiry."""
+    with _opened(store, allow_writable) as stores:
         action = stores.approvals.get(approval_id)
     if action is None:
-        raise click.ClickException(f"no approval {approval_id}")
-    click.echo(json.dumps(describe(action), indent=2, ensure_ascii=False))
+        raise click.ClickException(f"no approval {visible(approval_id)}")
+    click.echo(visible_json(approval_facts(action), indent=2))
 
 
-def _decide(store: str | None, approval_id: str, *, approve: bool, by: str) -> None:
-    with _opened(store) as stores:
-        action = stores.approvals.decide(approval_id, approve=approve, by=by, now=time.time())
+def _decide(
+    store: str | None, approval_id: str, *, approve: bool, by: str, allow_writable: bool
+) -> None:
+    now = time.time()
+    with _opened(store, allow_writable) as stores:
+        action = stores.approvals.decide(approval_id, approve=approve, by=by, now=now)
     if action is None:
-        raise click.ClickException(f"no approval {approval_id}")
-    wanted = ApprovalState.APPROVED if approve else ApprovalState.DENIED
-    if action.state is not wanted:
+        raise click.ClickException(f"no approval {visible(approval_id)}")
+    if not _decided_here(action, by=by, now=now):
+        # Already decided (by someone, perhaps the same person earlier), a racing approver won,
+        # or it expired: this command changed nothing, and says who did.
+        decider = f" (decided by {visible(action.decided_by)})" if action.decided_by else ""
         raise click.ClickException(
-            f"{approval_id} is {action.state}"
-            + (f" (decided by {action.decided_by})" if action.decided_by else "")
-            + "; nothing changed"
+            f"{visible(approval_id)} is {effective_state(action, now)}{decider}; nothing changed"
         )
-    click.echo(f"{approval_id} {action.state} by {by}: {action.tool} {action.arguments}")
+    click.echo(f"{visible(approval_id)} {action.state} by {visible(by)}: {approval_line(action)}")
+
+
+def _decided_here(action: PendingAction, *, by: str, now: float) -> bool:
+    """This command's decision is the one recorded: the store returns a decided action unchanged,
+    so a decision taken by anyone else (or by this approver earlier) carries another time."""
+    decided = action.state in (ApprovalState.APPROVED, ApprovalState.DENIED)
+    return decided and action.decided_by == by and action.decided_at == now
 
 
 def _approver() -> str:
@@ -200,15 +205,19 @@ def _approver() -> str:
 @_STORE
 @click.argument("approval_id")
 @click.option("--by", default=None, help="Who approves (default: $USER).")
-def approve_command(store: str | None, approval_id: str, by: str | None) -> None:
+@_WRITABLE
+def approve_command(
+    store: str | None, approval_id: str, by: str | None, allow_writable: bool
+) -> None:
     """Approve one pending action; the process holding the tool then runs exactly those arguments."""
-    _decide(store, approval_id, approve=True, by=by or _approver())
+    _decide(store, approval_id, approve=True, by=by or _approver(), allow_writable=allow_writable)
 
 
 @approvals.command("deny")
 @_STORE
 @click.argument("approval_id")
 @click.option("--by", default=None, help="Who denies (default: $USER).")
-def deny_command(store: str | None, approval_id: str, by: str | None) -> None:
+@_WRITABLE
+def deny_command(store: str | None, approval_id: str, by: str | None, allow_writable: bool) -> None:
     """Deny one pending action: it ends CONFIRMATION_DENIED and nothing runs."""
-    _decide(store, approval_id, approve=False, by=by or _approver())
+    _decide(store, approval_id, approve=False, by=by or _approver(), allow_writable=allow_writable)

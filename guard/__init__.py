@@ -11,7 +11,7 @@ from guard.errors import (
     TransientError,
 )
 from guard.observe import BaseObserver, MultiObserver, NullObserver, Observer
-from guard.pipeline import ApprovalNotFound, Guard, Session
+from guard.pipeline import ApprovalNotFound, Guard, PrincipalSwitch, Session
 from guard.policy import AmountLimit, Policy, RateLimit, RolePolicy, TaintMode
 from guard.provenance import Provenance, ProvenanceHit, ValueSource
 from guard.registry import (
@@ -54,6 +54,7 @@ __all__ = [
     "Policy",
     "Prerequisite",
     "Principal",
+    "PrincipalSwitch",
     "Problem",
     "Provenance",
     "ProvenanceHit",

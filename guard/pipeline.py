@@ -19,6 +19,7 @@ from guard.registry import ToolRegistry, ToolSpec
 from guard.result import Outcome, ToolResult
 from guard.session import Principal
 from guard.stages import Env, Stage, default_chain, reject
+from guard.stages.confirm import seal_key, sealed
 from guard.stages.idempotency import stored
 from guard.stores.base import (
     ApprovalState,
@@ -30,7 +31,7 @@ from guard.stores.base import (
 from guard.stores.memory import MemoryApprovalStore, MemoryCounterStore, MemoryIdempotencyStore
 from guard.waiting import AWAITING, run_blocking
 
-__all__ = ["ApprovalNotFound", "Guard", "Session"]
+__all__ = ["ApprovalNotFound", "Guard", "PrincipalSwitch", "Session"]
 
 log = logging.getLogger("guard")
 
@@ -53,6 +54,10 @@ running) there is nothing the host could have run without the gate either."""
 
 class ApprovalNotFound(GuardError, LookupError):
     """The host named an approval id the store does not know."""
+
+
+class PrincipalSwitch(GuardError, PermissionError):
+    """``Session.authenticate`` was asked to move an identified session to another user."""
 
 
 class Guard:
@@ -79,12 +84,15 @@ class Guard:
         codes: Iterable[DomainCode] = (),
         shadow: bool | Iterable[str] = False,
         refusals: Refusals | None = None,
+        approval_key: bytes | str | None = None,
     ) -> None:
         """``deps`` is handed to every check and handler (``ctx.deps``); ``codes`` adds the
         deployment's own codes to those its tools declare; ``shadow`` (True, or tool names) runs
         every stage, records what the gate would have decided, then runs the call regardless;
         ``refusals`` maps the tool library's exceptions to refusal codes for every tool
-        (``guard.refusals``)."""
+        (``guard.refusals``). ``approval_key`` seals pending actions (default
+        ``$CALLGATE_MASKING_KEY``, else a key of this process: set it where another process or a
+        restart runs what this one filed)."""
         refusals = dict(refusals or {})
         check_refusals(refusals, "Guard(refusals=...)")
         mapped = [code for code in refusals.values() if isinstance(code, DomainCode)]
@@ -110,6 +118,7 @@ class Guard:
             deps=deps,
             refusals=refusals,
             provenance=ledger_for(self.registry, policy, counters),
+            seal_key=seal_key(approval_key),
         )
         self.stages: list[Stage] = default_chain(self.env)
         self._resume_stages = self.stages[1:]  # a resumed call already paid its budget
@@ -380,10 +389,15 @@ class Guard:
         )
         if action is None:
             raise ApprovalNotFound(approval_id)
-        principal = Principal(
-            id=action.principal_id, role=action.role, scopes=frozenset(action.scopes)
+        principal = Principal(  # as proposed: an anonymous session's write stays anonymous
+            id=action.principal_id,
+            role=action.role,
+            scopes=frozenset(action.scopes),
+            authenticated=action.authenticated,
         )
-        approved = action.state is ApprovalState.APPROVED
+        # A seal that does not verify goes straight to confirm, which refuses it: no stage reads
+        # facts someone may have edited (a forged principal, role or scopes) before that.
+        approved = action.state is ApprovalState.APPROVED and sealed(action, self.env.seal_key)
         stages = self._resume_stages if approved else self._confirm_stages
         call = Call(
             tool=action.tool,
@@ -445,13 +459,22 @@ class Session:
             self.turn += 1
         self.turns_marked = True
 
-    def authenticate(self, principal: Principal) -> None:
+    def authenticate(self, principal: Principal, *, switch: bool = False) -> None:
         """Bind the user the host identified itself (a login, a verified token) mid-session.
 
         The session id stays, so step counters, taint and pending approvals carry over; the next
-        call's span records the previous principal (``guard.principal.previous``)."""
+        call's span records the previous principal (``guard.principal.previous``). A session
+        already bound to an identified user is not moved to another one (``PrincipalSwitch``),
+        as an authenticating tool naming someone else is refused, unless the host says so with
+        ``switch=True`` (an operator taking over a conversation)."""
         if principal == self.principal:
             return
+        current = self.principal
+        if current.authenticated and principal.id != current.id and not switch:
+            raise PrincipalSwitch(
+                f"session {self.id!r} acts for an identified user; binding another one needs "
+                "authenticate(..., switch=True)"
+            )
         if self.previous_principal is None:
             self.previous_principal = self.principal
         self.principal = principal

@@ -1,5 +1,5 @@
 """What every adapter shares: argument models from a framework's function, the result as text,
-the session check on approvals, and the framework context a wrapped tool runs in.
+the action a decision was shown, and the framework context a wrapped tool runs in.
 
 A framework's own tool becomes a ``guard.ToolSpec`` whose argument model is built from the
 function's signature (the same annotations the framework reads), closed with ``extra="forbid"``
@@ -17,6 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
+from guard.approval_view import approval_question
 from guard.codes import HUMAN_GATES
 from guard.errors import ConfigurationError
 from guard.pipeline import Guard, Session
@@ -28,7 +29,7 @@ from guard.stores.base import PendingAction
 __all__ = [
     "HUMAN_CODES",
     "ToolOptions",
-    "approval_for",
+    "approval_request",
     "current_framework_context",
     "current_tool_context",
     "fields_of",
@@ -37,6 +38,7 @@ __all__ = [
     "handler_for",
     "model_text",
     "pending_for",
+    "shown_action",
     "signature_model",
 ]
 
@@ -133,12 +135,9 @@ def handler_for(call: Callable[[BaseModel], Any], *, is_async: bool) -> Handler:
     return run
 
 
-def pending_for(guard: Guard, session: Session, tool: str, arguments: Any) -> PendingAction | None:
-    """The action of ``session`` waiting for a human for exactly this call, if any.
-
-    Found by the proposal key the confirm stage filed it under (session, tool, canonical validated
-    arguments), so a host can resume a run in another process without carrying the id along.
-    """
+def _proposal(guard: Guard, session: Session, tool: str, arguments: Any) -> str | None:
+    """The proposal key the confirm stage files this call under (session, tool, canonical
+    validated arguments); None when the arguments are not valid, so nothing is filed for them."""
     spec = guard.registry.get(tool)
     if spec is None:
         return None
@@ -147,23 +146,67 @@ def pending_for(guard: Guard, session: Session, tool: str, arguments: Any) -> Pe
         canonical = spec.canonical(spec.validate(parsed))
     except ValueError:  # not JSON, or not valid: nothing can be pending for it
         return None
-    key = proposal_key(session.id, spec.name, canonical)
+    return proposal_key(session.id, spec.name, canonical)
+
+
+def pending_for(guard: Guard, session: Session, tool: str, arguments: Any) -> PendingAction | None:
+    """The action of ``session`` waiting for a human for exactly this call, if any.
+
+    Found by the proposal key the confirm stage filed it under (session, tool, canonical validated
+    arguments), so a host can resume a run in another process without carrying the id along.
+    """
+    key = _proposal(guard, session, tool, arguments)
+    if key is None:
+        return None
     action: PendingAction | None = guard.env.approvals.find_pending(key, now=guard.env.clock.now())
     return action
 
 
-def approval_for(guard: Guard, session: Session, approval_id: str, tool: str) -> str:
-    """``approval_id`` if it is this session's pending action for ``tool``; else ConfigurationError.
+def shown_action(
+    guard: Guard,
+    session: Session,
+    tool: str,
+    arguments: Any,
+    *,
+    approval_id: str | None = None,
+    call_id: str | None = None,
+) -> PendingAction | None:
+    """The action a human's decision on this call was about, in whatever state it is now.
 
-    The host passes the id back through the framework; checking it keeps one session (or a
-    mistyped id) from resuming another session's action.
+    A decision applies to the exact action it was shown, never to a newer one filed for the same
+    arguments after the first expired: so it is found by the ``approval_id`` shown (when the
+    framework carries it back), checked to be this session's action for this tool and these
+    arguments; else by the model's ``call_id``, the call the framework asked about; else, for a
+    repeated proposal (which reuses the first call's action), the one pending now. Approving what
+    this returns runs it, or answers CONFIRMATION_EXPIRED if the window closed meanwhile. None:
+    no action of this call (arguments changed on approval, or another session's id).
     """
-    action = guard.pending(approval_id)
-    if action is None or action.session_id != session.id or action.tool != tool:
-        raise ConfigurationError(
-            f"approval {approval_id!r} is not a pending {tool!r} action of session {session.id!r}"
-        )
-    return approval_id
+    key = _proposal(guard, session, tool, arguments)
+    if key is None:
+        return None
+    if approval_id is not None:
+        action = guard.pending(approval_id)
+        return action if action is not None and action.proposal_key == key else None
+    if call_id is not None:
+        for action in reversed(guard.env.approvals.filed(key)):
+            if action.call_id == call_id:
+                return action
+    found: PendingAction | None = guard.env.approvals.find_pending(key, now=guard.env.clock.now())
+    return found
+
+
+def approval_request(action: PendingAction) -> dict[str, Any]:
+    """What a framework's human-in-the-loop shows: the facts, and the escaped question to ask."""
+    return {
+        "approval_id": action.id,
+        "tool": action.tool,
+        "arguments": action.arguments,
+        "reason": action.reason,
+        "expires_at": action.expires_at,
+        "authenticated": action.authenticated,
+        "warnings": json.loads(action.warnings),
+        "question": approval_question(action),
+    }
 
 
 def function_spec(

@@ -23,11 +23,14 @@
   tool-retry mechanism of its own; a fixable code is fixed by the model's next call.
 - **Confirmation.** Inside a LangGraph run, ``CONFIRMATION_REQUIRED`` (and ``TAINTED_CONTEXT``)
   calls ``langgraph.types.interrupt`` with the pending action (needs a checkpointer). The host
-  resumes with ``Command(resume=decision(approved, by=...))``: approved resumes the pending action
-  (rules again, then it executes), declined records ``CONFIRMATION_DENIED``. On resumption the
-  tool node runs again: the tool finds its pending action by the call's arguments and goes
-  straight to the decision, so the pipeline does not count the proposal twice. With
-  ``interrupts=False`` (plain LangChain), the model gets the pending result instead.
+  resumes with ``Command(resume=decision(approved, by=..., approval_id=...))``: approved resumes
+  the pending action (rules again, then it executes), declined records ``CONFIRMATION_DENIED``.
+  On resumption the tool node runs again: the tool finds the action of this call (its arguments
+  and call id, in any state) and goes straight to the decision, so the pipeline does not count
+  the proposal twice, and an answer given after the window closed is ``CONFIRMATION_EXPIRED``:
+  it never approves a newer action nobody saw. The interrupt's ``question`` is the escaped text
+  to show the approver (``guard.approval_view``). With ``interrupts=False`` (plain LangChain), the
+  model gets the pending result instead.
 - **Tracing.** When LangChain is traced with OpenTelemetry by a callback handler that tracks its
   spans by run instead of making them current (OpenInference's LangChain instrumentation),
   callgate's call span is parented on the tool run's span; a current OTel span always wins.
@@ -49,18 +52,19 @@ from pydantic import BaseModel
 from callgate.adapters._common import (
     HUMAN_CODES,
     ToolOptions,
+    approval_request,
     fields_of,
     framework_context,
     handler_for,
     model_text,
-    pending_for,
+    shown_action,
 )
 from guard.errors import ConfigurationError
 from guard.pipeline import Guard, Session
 from guard.providers._schema import neutral_schema
 from guard.registry import ToolSpec
 from guard.result import ToolResult
-from guard.stores.base import PendingAction
+from guard.stores.base import ApprovalState, PendingAction
 
 __all__ = ["GuardTool", "decision", "guard_tools", "session_from_run", "tool_specs"]
 
@@ -94,9 +98,15 @@ def _runtime() -> Any:
         return None
 
 
-def decision(approved: bool, *, by: str) -> dict[str, Any]:
-    """The host's answer to a callgate interrupt, for ``Command(resume=...)``."""
-    return {"approved": approved, "by": by}
+def decision(approved: bool, *, by: str, approval_id: str | None = None) -> dict[str, Any]:
+    """The host's answer to a callgate interrupt, for ``Command(resume=...)``.
+
+    ``approval_id`` (the interrupt's ``approval_id``) binds the answer to the action shown; without
+    it the answer applies to the action of the interrupted call, found by its call id."""
+    answer: dict[str, Any] = {"approved": approved, "by": by}
+    if approval_id is not None:
+        answer["approval_id"] = approval_id
+    return answer
 
 
 class GuardTool(BaseTool):
@@ -121,16 +131,16 @@ class GuardTool(BaseTool):
         token = framework_context.set(config)
         try:
             with _tool_span_current():
-                action = self._waiting(session, arguments)
+                action = self._waiting(session, arguments, call_id)
                 if action is None:
                     result = session.execute(self.name, arguments, call_id=call_id)
                     action = self._asks_human(result)
                     if action is None:
                         return _answer(result)
-                approved, by = self._ask(action)
-                if approved:
-                    return _answer(self.guard.approve(action.id, by=by))
-                return _answer(self.guard.deny(action.id, by=by))
+                approve, approval_id, by = self._decision(session, arguments, action)
+                if approve:
+                    return _answer(self.guard.approve(approval_id, by=by))
+                return _answer(self.guard.deny(approval_id, by=by))
         finally:
             framework_context.reset(token)
 
@@ -139,47 +149,66 @@ class GuardTool(BaseTool):
         token = framework_context.set(config)
         try:
             with _tool_span_current():
-                action = self._waiting(session, arguments)
+                action = self._waiting(session, arguments, call_id)
                 if action is None:
                     result = await session.aexecute(self.name, arguments, call_id=call_id)
                     action = self._asks_human(result)
                     if action is None:
                         return _answer(result)
-                approved, by = self._ask(action)
-                if approved:
-                    return _answer(await self.guard.aapprove(action.id, by=by))
-                return _answer(self.guard.deny(action.id, by=by))
+                approve, approval_id, by = self._decision(session, arguments, action)
+                if approve:
+                    return _answer(await self.guard.aapprove(approval_id, by=by))
+                return _answer(await self.guard.adeny(approval_id, by=by))
         finally:
             framework_context.reset(token)
 
-    def _waiting(self, session: Session, arguments: Any) -> PendingAction | None:
-        """The pending action of this very call when the graph re-runs it after an interrupt."""
+    def _waiting(
+        self, session: Session, arguments: Any, call_id: str | None
+    ) -> PendingAction | None:
+        """The action of this very call when the graph re-runs it after an interrupt.
+
+        Found by the model's call id in any state, so a decision given after the window closed
+        reaches the expired action it was shown (CONFIRMATION_EXPIRED), not a fresh proposal."""
         if not (self.interrupts and self.spec.is_write):
             return None
-        return pending_for(self.guard, session, self.name, arguments)
+        return shown_action(self.guard, session, self.name, arguments, call_id=call_id)
+
+    def _decision(
+        self, session: Session, arguments: Any, action: PendingAction
+    ) -> tuple[bool, str, str]:
+        """Whether to approve, which action, and who decided: asked through an interrupt while the
+        action waits; an action decided already (``callgate approvals``, or expired) resumes to its
+        decision without asking again. A decision naming another approval id than the one asked
+        about applies to that one, if it is this call's (a late answer to an earlier question)."""
+        if action.state is not ApprovalState.PENDING:
+            return True, action.id, "host"  # the store keeps the decision made; nothing new
+        approved, by, shown = self._ask(action)
+        if shown is None or shown == action.id:
+            return approved, action.id, by
+        earlier = shown_action(self.guard, session, self.name, arguments, approval_id=shown)
+        if earlier is None:
+            raise ConfigurationError(f"the decision names approval {shown!r}, not one of this call")
+        return approved, earlier.id, by
 
     def _asks_human(self, result: ToolResult) -> PendingAction | None:
         if not self.interrupts or result.code not in HUMAN_CODES or result.approval_id is None:
             return None
         return self.guard.pending(result.approval_id)
 
-    def _ask(self, action: PendingAction) -> tuple[bool, str]:
+    def _ask(self, action: PendingAction) -> tuple[bool, str, str | None]:
         from langgraph.types import interrupt  # LangGraph only when interrupts are on
 
-        answer = interrupt(
-            {
-                "approval_id": action.id,
-                "tool": action.tool,
-                "arguments": action.arguments,
-                "reason": action.reason,
-                "expires_at": action.expires_at,
-            }
-        )
+        answer = interrupt(approval_request(action))
         if not isinstance(answer, Mapping) or not isinstance(answer.get("approved"), bool):
             raise ConfigurationError(
                 "resume a callgate interrupt with Command(resume=decision(...))"
             )
-        return answer["approved"], str(answer.get("by") or "host")
+        shown = answer.get("approval_id")
+        return (
+            answer["approved"],
+            str(answer.get("by") or "host"),
+            None if shown is None else str(shown),
+        )
 
 
 def _answer(result: ToolResult) -> str:

@@ -27,7 +27,8 @@
   ``CONFIRMATION_REQUIRED`` the SDK interrupts the run with a ``ToolApprovalItem``; any other
   answer (a rejection, a replay) is kept and returned by the invocation, so the pipeline runs
   once per call. ``approve``/``deny`` record the host's decision in the guard and in the
-  ``RunState``; the approved call resumes inside the next run (rules again, then it executes).
+  ``RunState``; the approved call resumes inside the next run (rules again, then it executes),
+  exactly the action the interruption showed: late, it answers ``CONFIRMATION_EXPIRED``.
   Lower-risk writes that a tainted session makes wait return the pending result (the approval
   id) for the host to decide with ``guard.approve``.
 - **Tracing.** The SDK traces with its own processors, not OpenTelemetry. When no OpenTelemetry
@@ -54,12 +55,12 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 from callgate.adapters._common import (
     HUMAN_CODES,
     ToolOptions,
-    approval_for,
     framework_context,
     function_spec,
     model_text,
-    pending_for,
+    shown_action,
 )
+from guard.approval_view import approval_question
 from guard.errors import ConfigurationError
 from guard.pipeline import Guard, Session
 from guard.providers._schema import neutral_schema, strict_schema
@@ -95,7 +96,8 @@ class GuardTools:
         self.session_of = session
         self._early: dict[tuple[str, str], ToolResult] = {}
         """Answers the guard gave while the SDK asked whether a call needs approval."""
-        self._approvers: dict[str, str] = {}
+        self._approvers: dict[tuple[str, str], tuple[str, str]] = {}
+        """Per (session, call id) the host approved: the approval id it was shown, and by whom."""
 
     def tools(self, names: Iterable[str] | None = None) -> list[FunctionTool]:
         """One ``FunctionTool`` per guard tool (or per name in ``names``)."""
@@ -146,28 +148,50 @@ class GuardTools:
         try:
             with agents_trace_context():
                 if ctx.is_tool_approved(name, ctx.tool_call_id):
-                    action = pending_for(self.guard, session, name, arguments)
-                    if action is not None:
-                        by = self._approvers.pop(action.id, "host")
-                        return await self.guard.aapprove(action.id, by=by)
+                    return await self._approved(session, name, arguments, ctx.tool_call_id)
                 return await session.aexecute(name, arguments, call_id=ctx.tool_call_id)
         finally:
             framework_context.reset(token)
 
+    async def _approved(
+        self, session: Session, name: str, arguments: str, call_id: str
+    ) -> ToolResult:
+        """Resume the action the host approved for this call, whatever its state now: an approval
+        given (or a run resumed) after the window closed answers CONFIRMATION_EXPIRED, and never
+        reaches a newer action nobody saw. A call the guard filed nothing for goes through the
+        pipeline as any call does (invalid arguments are refused; valid ones are asked about)."""
+        recorded = self._approvers.pop((session.id, call_id), None)
+        shown, by = recorded if recorded is not None else (None, "host")
+        action = shown_action(
+            self.guard, session, name, arguments, approval_id=shown, call_id=call_id
+        )
+        if action is None:  # the guard never asked about it (arguments it cannot parse): it decides
+            return await session.aexecute(name, arguments, call_id=call_id)
+        return await self.guard.aapprove(action.id, by=by)
+
     # -- the host's side ----------------------------------------------------------------------------
 
     def pending(self, session: Session, item: ToolApprovalItem) -> PendingAction | None:
-        """The guard's pending action behind an interruption: what the approver should see."""
+        """The guard's action behind an interruption, in whatever state it is now: what the
+        approver should see (``guard.approval_view.approval_question`` renders it)."""
         if item.name is None:
             return None
-        return pending_for(self.guard, session, item.name, item.arguments or "{}")
+        return shown_action(
+            self.guard, session, item.name, item.arguments or "{}", call_id=item.call_id
+        )
+
+    def question(self, session: Session, item: ToolApprovalItem) -> str | None:
+        """The escaped text to ask the approver about an interruption (``approval_question``)."""
+        action = self.pending(session, item)
+        return None if action is None else approval_question(action)
 
     def approve(
         self, state: RunState[Any], item: ToolApprovalItem, *, session: Session, by: str
     ) -> None:
-        """The host approves: the SDK runs the call when the run resumes, and the guard resumes it."""
+        """The host approves: the SDK runs the call when the run resumes, and the guard resumes
+        exactly the action this interruption showed (CONFIRMATION_EXPIRED if its window closed)."""
         action = self._action(session, item)
-        self._approvers[action.id] = by
+        self._approvers[(session.id, item.call_id or "")] = (action.id, by)
         state.approve(item)
 
     def deny(
@@ -181,8 +205,7 @@ class GuardTools:
     def _action(self, session: Session, item: ToolApprovalItem) -> PendingAction:
         action = self.pending(session, item)
         if action is None:
-            raise ConfigurationError(f"no pending callgate action for call {item.call_id!r}")
-        approval_for(self.guard, session, action.id, action.tool)
+            raise ConfigurationError(f"no callgate action for call {item.call_id!r}")
         return action
 
 

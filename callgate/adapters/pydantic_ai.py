@@ -25,8 +25,10 @@
   decides with ``decide(guard, requests, approvals, by=...)`` and runs the agent again with the
   returned ``DeferredToolResults``: an approved call resumes the pending action inside the new
   run (rules run again, then it executes); a denied one is denied in the guard before the run.
-  The approved call finds its pending action by its arguments, so arguments changed on approval
-  (``override_args``) match none and are refused.
+  The approved call resumes exactly the action it was shown (the id in the metadata, else its
+  tool call id), so an approval given after the window closed answers ``CONFIRMATION_EXPIRED``
+  and arguments changed on approval (``override_args``) match none and are refused. The
+  metadata's ``question`` is the escaped text to show the approver.
 - **Tracing.** The call runs inside Pydantic AI's ``execute_tool`` span when the agent is
   instrumented, so callgate's call span (the telemetry observer parents it on the current span)
   nests under it.
@@ -52,11 +54,11 @@ from pydantic_core import SchemaValidator, core_schema
 from callgate.adapters._common import (
     HUMAN_CODES,
     ToolOptions,
-    approval_for,
+    approval_request,
     framework_context,
     function_spec,
     model_text,
-    pending_for,
+    shown_action,
 )
 from guard.errors import ConfigurationError
 from guard.pipeline import Guard, Session
@@ -141,22 +143,30 @@ class GuardToolset(AbstractToolset[Any]):
     async def _resume(
         self, session: Session, name: str, tool_args: dict[str, Any], ctx: RunContext[Any]
     ) -> ToolResult:
-        """The host approved: resume the pending action of exactly these arguments.
+        """The host approved: resume the action the approver was shown, whatever its state now.
 
-        The action is the one the call's arguments were filed under, so plain
-        ``DeferredToolResults(approvals={id: True})`` works too (the approver is then "host");
-        arguments changed on approval (``ToolApproved(override_args=...)``) match no action, since
-        the approval is bound to what the approver was shown.
+        The action is the one ``decide`` named in the metadata, else the one this tool call was
+        filed with, so plain ``DeferredToolResults(approvals={id: True})`` works too (the approver
+        is then "host"). An approval given after the window closed answers CONFIRMATION_EXPIRED
+        and never reaches a newer action; arguments changed on approval
+        (``ToolApproved(override_args=...)``) match no action, since the approval is bound to what
+        the approver was shown.
         """
         metadata = ctx.tool_call_metadata or {}
-        action = pending_for(self.guard, session, name, tool_args)
-        approval_id = metadata.get(APPROVAL_KEY, action.id if action is not None else None)
-        if action is None or approval_id != action.id:
+        shown = metadata.get(APPROVAL_KEY)
+        action = shown_action(
+            self.guard,
+            session,
+            name,
+            tool_args,
+            approval_id=None if shown is None else str(shown),
+            call_id=ctx.tool_call_id,
+        )
+        if action is None:
             raise ConfigurationError(
-                f"no pending {name!r} action of session {session.id!r} for these arguments "
-                "(expired, decided, or arguments changed on approval)"
+                f"no {name!r} action of session {session.id!r} for these arguments "
+                "(unknown approval, or arguments changed on approval)"
             )
-        approval_for(self.guard, session, action.id, name)
         by = str(metadata.get(APPROVER_KEY) or "host")
         return await self.guard.aapprove(action.id, by=by)
 
@@ -180,8 +190,7 @@ def _answer(guard: Guard, result: ToolResult) -> Any:
                 "code": str(result.code),
                 "message": result.message,
                 "tool": result.tool,
-                "arguments": action.arguments if action is not None else None,
-                "expires_at": action.expires_at if action is not None else None,
+                **(approval_request(action) if action is not None else {}),
             }
         )
     if result.code.fixable:

@@ -17,10 +17,8 @@ in time) leaves the action pending and returns the pending result with its appro
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 
 import anyio
@@ -30,7 +28,8 @@ from mcp.server.context import ServerRequestContext
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from callgate.gateway.gateway import Gateway
-from guard import Code, ToolResult
+from guard import ToolResult
+from guard.approval_view import approval_question
 from guard.codes import HUMAN_GATES
 from guard.providers.mcp import render_mcp
 from guard.stores import PendingAction
@@ -99,7 +98,7 @@ def build_server(
         action = gateway.pending(result.approval_id)
         if action is None:
             return render(result)
-        question = _question(action)
+        question = approval_question(action)
         if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS or not ctx.session.can_send_request:
             return types.InputRequiredResult(
                 input_requests={
@@ -121,24 +120,6 @@ def build_server(
 def _can_elicit(ctx: ServerRequestContext[Any, Any]) -> bool:
     capabilities = ctx.session.client_capabilities
     return capabilities is not None and capabilities.elicitation is not None
-
-
-def _question(action: PendingAction) -> str:
-    """What the human reads: who asks, the tool, the exact arguments that will run, why, until when."""
-    arguments = json.dumps(json.loads(action.arguments), indent=2, ensure_ascii=False)
-    why = (
-        "outside content was read earlier in this conversation"
-        if action.reason == Code.TAINTED_CONTEXT
-        else "a value in it came from outside content, not from the user"
-        if action.reason == Code.UNTRUSTED_VALUE
-        else "this action needs a human's approval"
-    )
-    expires = datetime.fromtimestamp(action.expires_at, UTC).isoformat(timespec="seconds")
-    return (
-        f"Approve {action.tool} for {action.principal_id}? It runs once with exactly these "
-        f"arguments:\n{arguments}\nWhy you are asked: {why}. Approval {action.id}, open until "
-        f"{expires}."
-    )
 
 
 async def _ask(

@@ -52,6 +52,8 @@ class Env:
     """The guard's map of library exceptions to refusal codes (``Guard(refusals=...)``)."""
     provenance: ProvenanceLedger | None = None
     """Where values came from, when the guard keeps provenance (see ``Policy.record_provenance``)."""
+    seal_key: bytes
+    """The key pending actions are sealed with (``guard.stages.confirm.seal_key``)."""
 
 
 def reject(

@@ -1,18 +1,62 @@
-"""Stage 7: risky writes wait for a human. Only the host decides; the model only learns it waits."""
+"""Stage 7: risky writes wait for a human. Only the host decides; the model only learns it waits.
+
+A pending action keeps the facts of the proposal (who, whether they were identified, the exact
+arguments, the checks' warnings) and a seal: an HMAC-SHA256 of those facts under the deployment
+key (``Guard(approval_key=...)``, else ``CALLGATE_MASKING_KEY``). The seal is checked before an
+approved action runs, so editing the store (its arguments, principal, scopes) makes the action
+refuse to run instead of running something nobody approved. The decision itself (state, by, at)
+is outside the seal: approvers record it without the key.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import json
+import logging
+import os
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from guard.call import Call
 from guard.codes import Code
 from guard.result import ToolResult
 from guard.stages.base import Env, reject
 from guard.stages.idempotency import proposal_key
-from guard.stores.base import ApprovalState, PendingAction
+from guard.stores.base import PENDING_ACTION_FIELDS, ApprovalState, PendingAction
 
-__all__ = ["ConfirmStage"]
+__all__ = ["ConfirmStage", "seal", "seal_key", "sealed"]
+
+log = logging.getLogger("guard")
+
+_UNSEALED = ("state", "decided_by", "decided_at", "seal")
+"""The decision and the seal itself: everything else about a pending action is sealed."""
+
+
+def seal_key(configured: bytes | str | None = None) -> bytes:
+    """The key pending actions are sealed with: ``configured``, else ``$CALLGATE_MASKING_KEY``.
+
+    Without either, a random key for this process: approvals still cannot be forged, but a
+    restarted process (or another one) cannot run the actions this one filed. Deployments that
+    approve across processes or restarts set the key."""
+    key = configured if configured is not None else os.environ.get("CALLGATE_MASKING_KEY")
+    if key is None or key == "":
+        return secrets.token_bytes(32)
+    raw = key.encode() if isinstance(key, str) else key
+    return hmac.digest(raw, b"callgate pending action seal v1", "sha256")
+
+
+def seal(action: PendingAction, key: bytes) -> str:
+    """The HMAC of every fact of ``action`` but its decision, as hex."""
+    facts = {name: getattr(action, name) for name in PENDING_ACTION_FIELDS if name not in _UNSEALED}
+    text = json.dumps(facts, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hmac.new(key, text.encode(), hashlib.sha256).hexdigest()
+
+
+def sealed(action: PendingAction, key: bytes) -> bool:
+    """``action``'s facts are those it was filed with, under ``key``."""
+    return hmac.compare_digest(action.seal, seal(action, key))
+
 
 _ASK = {
     Code.CONFIRMATION_REQUIRED: "This action needs a human's approval before it runs.",
@@ -50,7 +94,10 @@ class ConfirmStage:
             return reject(call, reason, f"{ask} (shadow mode: not enforced)")
         now, approvals = call.now, self.env.approvals
         key = proposal_key(call.session_id, spec.name, call.canonical)
-        action = approvals.find_pending(key, now=now) or self._create(call, key, reason, now)
+        action = approvals.find_pending(key, now=now)
+        # One that does not verify could never run (edited, or filed under another key): file anew.
+        if action is None or not sealed(action, self.env.seal_key):
+            action = self._create(call, key, reason, now)
         return reject(
             call,
             reason,
@@ -76,9 +123,13 @@ class ConfirmStage:
             reason=str(reason),
             created_at=now,
             expires_at=now + self.env.policy.confirmation_ttl,
+            authenticated=call.principal.authenticated,
+            warnings=json.dumps([w.to_dict() for w in call.warnings], separators=(",", ":")),
+            sensitive=tuple(sorted(call.spec.sensitive_fields)),
         )
-        self.env.approvals.create(action)
-        return action
+        filed = replace(action, seal=seal(action, self.env.seal_key))
+        self.env.approvals.create(filed)
+        return filed
 
     def _decided(self, call: Call, action: PendingAction) -> ToolResult | None:
         if action.state is ApprovalState.DENIED:
@@ -93,6 +144,18 @@ class ConfirmStage:
                 Code.CONFIRMATION_EXPIRED,
                 "The approval window closed before anyone decided. Nothing was done; ask the user "
                 "whether to propose it again.",
+            )
+        if not sealed(action, self.env.seal_key):
+            log.error(
+                "pending action %s does not match its seal: not run (edited in the store, or "
+                "filed by a process with another key: set CALLGATE_MASKING_KEY or approval_key)",
+                action.id,
+            )
+            return reject(
+                call,
+                Code.CONFIRMATION_DENIED,
+                "The approved action was changed after it was proposed, or this process cannot "
+                "check it. Nothing was done; tell the user it was not done.",
             )
         if call.fingerprint != action.fingerprint:  # the approval covers exactly what was shown
             return reject(

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from guard.call import Call
-from guard.codes import Code
-from guard.result import Outcome, ToolResult
+from guard.codes import Code, ReasonCode
+from guard.result import Advisory, Outcome, ToolResult
 from guard.stages.base import Env, digest, reject
 from guard.stores.base import ClaimState
 
@@ -67,7 +68,7 @@ class IdempotencyStage:
             call.claimed = True
             return None
         if claim.state is ClaimState.COMPLETED:
-            return replayed(call, claim.result or "{}")
+            return replayed(call, claim.result or "{}", codes=env.registry.codes)
         if claim.state is ClaimState.IN_FLIGHT:
             return reject(
                 call,
@@ -115,14 +116,23 @@ def stored(result: ToolResult) -> str:
             "data": result.data,
             "outcome": str(result.outcome),
             "approval_id": result.approval_id,
+            "warnings": [warning.to_dict() for warning in result.warnings],
         },
         separators=(",", ":"),
     )
 
 
-def replayed(call: Call, text: str) -> ToolResult:
-    """The stored result of a completed write, marked as a replay."""
+def replayed(call: Call, text: str, *, codes: Mapping[str, ReasonCode]) -> ToolResult:
+    """The stored result of a completed write, marked as a replay, with the warnings it carried.
+
+    ``codes`` spells every code the registry knows; a warning under a code it no longer knows
+    is dropped (there is no code to give it)."""
     saved = json.loads(text)
+    warnings = tuple(
+        Advisory(code=codes[item["code"]], message=item["message"])
+        for item in saved.get("warnings", ())
+        if item.get("code") in codes
+    )
     return ToolResult(
         ok=bool(saved.get("ok")),
         code=Code[saved.get("code", "OK")],  # names equal values (a test keeps it so)
@@ -135,4 +145,5 @@ def replayed(call: Call, text: str) -> ToolResult:
         tool=call.tool,
         idempotency_key=call.idempotency_key,
         approval_id=saved.get("approval_id"),
+        warnings=warnings,
     )

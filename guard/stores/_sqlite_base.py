@@ -4,12 +4,18 @@ A sqlite3 connection must not be used by two threads at once, so each thread get
 opened lazily. Those of ended threads are closed when a new one opens, and ``close()`` closes the
 rest; ``check_same_thread=False`` only lets that close run on another thread, never concurrently
 with use.
+
+The file holds approvals with their exact arguments and the claims that keep writes exactly-once,
+so it is created readable and writable by its owner only (0600; SQLite gives its ``-wal`` and
+``-shm`` files the same mode), and a file (or journal) that the group or others may write is
+refused unless the host passes ``allow_writable_file=True``: whoever can write it can approve.
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
+import stat
 import threading
 import time
 from collections.abc import Iterator
@@ -17,7 +23,7 @@ from contextlib import contextmanager
 from types import TracebackType
 from typing import ClassVar, Literal, Self
 
-__all__ = ["SQLiteStoreBase", "Synchronous"]
+__all__ = ["SQLiteStoreBase", "Synchronous", "private_file"]
 
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 """SQLite's ``synchronous`` pragma: how often commits are fsynced."""
@@ -34,6 +40,7 @@ class SQLiteStoreBase:
         *,
         busy_timeout: float = 5.0,
         synchronous: Synchronous = "NORMAL",
+        allow_writable_file: bool = False,
     ) -> None:
         if synchronous not in ("OFF", "NORMAL", "FULL", "EXTRA"):
             raise ValueError(f"unknown synchronous mode {synchronous!r}")
@@ -41,6 +48,7 @@ class SQLiteStoreBase:
         if self._path in ("", ":memory:"):
             # Each per-thread connection would get its own private, empty database.
             raise ValueError("SQLite stores need a file path, not an in-memory database")
+        private_file(self._path, allow_writable=allow_writable_file)
         self._busy_timeout = busy_timeout
         # NORMAL in WAL mode survives any process crash; only an OS crash or power cut can lose
         # the last commits. Hosts that need more pass "FULL" (an fsync per commit).
@@ -54,9 +62,13 @@ class SQLiteStoreBase:
             with self._immediate() as conn:
                 for statement in self._DDL:
                     conn.execute(statement)
+                self._migrate(conn)
         except BaseException:
             self.close()
             raise
+
+    def _migrate(self, conn: sqlite3.Connection) -> None:
+        """Bring a table made by an older version up to date (inside the schema transaction)."""
 
     def close(self) -> None:
         """Close every connection this store opened; using the store afterwards raises."""
@@ -138,3 +150,34 @@ class SQLiteStoreBase:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
+
+
+_OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
+
+
+def private_file(path: str, *, allow_writable: bool) -> None:
+    """Create ``path`` as an empty file only its owner may read and write, or check the one there.
+
+    An empty file is a valid, empty SQLite database. The mode is set by ``os.open`` at creation
+    (narrowed further by the umask), so the file is never readable by others, not even briefly.
+    Raises ``PermissionError`` for an existing file, ``-wal`` or ``-shm`` that the group or others
+    may write, unless ``allow_writable``.
+    """
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        return
+    except FileExistsError:
+        pass
+    if allow_writable:
+        return
+    for name in (path, path + "-wal", path + "-shm"):
+        try:
+            mode = os.stat(name).st_mode
+        except FileNotFoundError:
+            continue
+        if mode & _OTHERS_WRITE:
+            raise PermissionError(
+                f"{name} may be written by its group or others (mode {stat.S_IMODE(mode):04o}): "
+                "whoever can write the store can approve actions and change what they run. "
+                f"chmod 600 {name}, or pass allow_writable_file=True (--allow-writable-store)"
+            )

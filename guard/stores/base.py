@@ -105,6 +105,18 @@ class PendingAction:
     state: ApprovalState = ApprovalState.PENDING
     decided_by: str | None = None
     decided_at: float | None = None
+    authenticated: bool = True
+    """Whether the session had identified its user when the call was proposed: an approved call
+    runs as it was proposed, so an anonymous session's write stays anonymous."""
+    warnings: str = "[]"
+    """The warnings the checks raised on the proposal, JSON (``[{"code", "message"}]``): the
+    approver reads them before deciding."""
+    sensitive: tuple[str, ...] = ()
+    """Argument names the tool marks sensitive: approvers' listings mask their values, the
+    executor reads ``arguments`` as they are."""
+    seal: str = ""
+    """Keyed MAC of every fact above but the decision (``guard.stages.confirm``), checked before
+    the approved call runs: whoever can write the store cannot change what runs."""
 
     def decided(self, state: ApprovalState, *, by: str | None, at: float) -> PendingAction:
         # Spelled out rather than dataclasses.replace, which introspects the fields on every call
@@ -126,6 +138,10 @@ class PendingAction:
             state=state,
             decided_by=by,
             decided_at=at,
+            authenticated=self.authenticated,
+            warnings=self.warnings,
+            sensitive=self.sensitive,
+            seal=self.seal,
         )
 
 
@@ -147,6 +163,12 @@ class ApprovalStore(Protocol):
 
     def find_pending(self, proposal_key: str, *, now: float) -> PendingAction | None:
         """An unexpired pending action for this proposal, so a repeated proposal reuses it."""
+
+    def filed(self, proposal_key: str) -> list[PendingAction]:
+        """Every action held under this proposal, in any state, oldest first.
+
+        Adapters find the action a decision was shown for by its call id among these, so a late
+        decision reaches the expired action it was about, never a newer one."""
 
     def decide(
         self, approval_id: str, *, approve: bool, by: str, now: float

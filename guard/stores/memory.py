@@ -256,6 +256,11 @@ class MemoryApprovalStore(_ExpiringMap[_Held]):
                     return action
             return None
 
+    def filed(self, proposal_key: str) -> list[PendingAction]:
+        with self._lock:
+            ids = self._by_proposal.get(proposal_key, ())
+            return [self._entries[approval_id].action for approval_id in ids]
+
     def decide(
         self, approval_id: str, *, approve: bool, by: str, now: float
     ) -> PendingAction | None:

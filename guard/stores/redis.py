@@ -174,8 +174,10 @@ def _approval_fields(action: PendingAction) -> list[str]:
         value = getattr(action, name)
         if value is None:
             continue
-        if name == "scopes":
+        if name in ("scopes", "sensitive"):
             value = json.dumps(list(value))
+        elif name == "authenticated":
+            value = "1" if value else "0"
         elif name == "state":
             value = value.value
         elif name in _FLOAT_FIELDS:
@@ -185,11 +187,16 @@ def _approval_fields(action: PendingAction) -> list[str]:
 
 
 def _approval(fields: dict[str, str]) -> PendingAction:
-    values: dict[str, Any] = {name: fields.get(name) for name in _APPROVAL_FIELDS}
+    # Fields added after the first release are absent from older hashes: their defaults apply
+    # (no seal, so such an action never runs).
+    values: dict[str, Any] = {name: fields[name] for name in _APPROVAL_FIELDS if name in fields}
+    values.setdefault("call_id", None)
     values["scopes"] = tuple(json.loads(fields["scopes"]))
+    values["sensitive"] = tuple(json.loads(fields.get("sensitive", "[]")))
+    values["authenticated"] = fields.get("authenticated", "1") == "1"
     values["state"] = ApprovalState(fields["state"])
     for name in _FLOAT_FIELDS:
-        if values[name] is not None:
+        if values.get(name) is not None:
             values[name] = float(values[name])
     return PendingAction(**values)
 
@@ -240,6 +247,15 @@ class RedisApprovalStore(_RedisStore):
     def find_pending(self, proposal_key: str, *, now: float) -> PendingAction | None:
         reply = self._find_pending(keys=[self._index + proposal_key], args=[repr(now), self._keys])
         return None if reply is None else _approval(_from_pairs(reply))
+
+    def filed(self, proposal_key: str) -> list[PendingAction]:
+        ids = [_text(i) for i in self._client.lrange(self._index + proposal_key, 0, -1)]
+        found = []
+        for approval_id in ids:
+            fields = self._client.hgetall(self._key(approval_id))
+            if fields:  # Redis may have expired the action before its index entry
+                found.append(_approval({_text(k): _text(v) for k, v in fields.items()}))
+        return found
 
     def decide(
         self, approval_id: str, *, approve: bool, by: str, now: float

@@ -76,7 +76,11 @@ APPROVALS_DDL = (
         expires_at   REAL NOT NULL,
         state        TEXT NOT NULL,  -- an ApprovalState value
         decided_by   TEXT,
-        decided_at   REAL
+        decided_at   REAL,
+        authenticated INTEGER NOT NULL DEFAULT 1,  -- 0: proposed by an anonymous session
+        warnings     TEXT NOT NULL DEFAULT '[]',   -- JSON: the checks' warnings on the proposal
+        sensitive    TEXT NOT NULL DEFAULT '[]',   -- JSON array: argument names to mask on display
+        seal         TEXT NOT NULL DEFAULT ''      -- keyed MAC of the facts, checked before it runs
     )
     """,
     "CREATE INDEX IF NOT EXISTS approvals_proposal_key ON approvals (proposal_key)",
@@ -189,6 +193,12 @@ ORDER BY created_at DESC, rowid DESC
 LIMIT 1
 """
 
+_FILED = f"""
+{_SELECT_APPROVALS}
+WHERE proposal_key = :proposal_key
+ORDER BY created_at, rowid
+"""
+
 _DECIDE = """
 UPDATE approvals SET state = :state, decided_by = :decided_by, decided_at = :decided_at
 WHERE id = :id AND state = 'pending'
@@ -201,17 +211,31 @@ WHERE max(expires_at, coalesce(decided_at, expires_at)) + :retention < :now
 """
 
 
+# Columns added after the first release, as ``ALTER TABLE`` adds them to an older file. Rows
+# written before have no seal, so they never verify: an old pending action cannot be run.
+_ADDED_APPROVAL_COLUMNS = {
+    "authenticated": "INTEGER NOT NULL DEFAULT 1",
+    "warnings": "TEXT NOT NULL DEFAULT '[]'",
+    "sensitive": "TEXT NOT NULL DEFAULT '[]'",
+    "seal": "TEXT NOT NULL DEFAULT ''",
+}
+
+
 def _approval_params(action: PendingAction) -> dict[str, Any]:
     params = {name: getattr(action, name) for name in _APPROVAL_COLUMNS}
     params["scopes"] = json.dumps(list(action.scopes))
+    params["sensitive"] = json.dumps(list(action.sensitive))
     params["state"] = action.state.value
+    params["authenticated"] = int(action.authenticated)
     return params
 
 
 def _approval(row: tuple[Any, ...]) -> PendingAction:
     values = dict(zip(_APPROVAL_COLUMNS, row, strict=True))
     values["scopes"] = tuple(json.loads(values["scopes"]))
+    values["sensitive"] = tuple(json.loads(values["sensitive"]))
     values["state"] = ApprovalState(values["state"])
+    values["authenticated"] = bool(values["authenticated"])
     return PendingAction(**values)
 
 
@@ -227,9 +251,21 @@ class SQLiteApprovalStore(SQLiteStoreBase):
         retention: float = 86_400.0,
         busy_timeout: float = 5.0,
         synchronous: Synchronous = "NORMAL",
+        allow_writable_file: bool = False,
     ) -> None:
         self._retention = retention
-        super().__init__(path, busy_timeout=busy_timeout, synchronous=synchronous)
+        super().__init__(
+            path,
+            busy_timeout=busy_timeout,
+            synchronous=synchronous,
+            allow_writable_file=allow_writable_file,
+        )
+
+    def _migrate(self, conn: sqlite3.Connection) -> None:
+        present = {row[1] for row in conn.execute("PRAGMA table_info(approvals)")}
+        for name, declaration in _ADDED_APPROVAL_COLUMNS.items():
+            if name not in present:
+                conn.execute(f"ALTER TABLE approvals ADD COLUMN {name} {declaration}")
 
     def create(self, action: PendingAction) -> None:
         try:
@@ -248,6 +284,10 @@ class SQLiteApprovalStore(SQLiteStoreBase):
         params = {"proposal_key": proposal_key, "now": now}
         row = self._conn().execute(_FIND_PENDING, params).fetchone()
         return None if row is None else _approval(row)
+
+    def filed(self, proposal_key: str) -> list[PendingAction]:
+        rows = self._conn().execute(_FILED, {"proposal_key": proposal_key}).fetchall()
+        return [_approval(row) for row in rows]
 
     def decide(
         self, approval_id: str, *, approve: bool, by: str, now: float
@@ -377,22 +417,26 @@ def open_sqlite_stores(
     retention: float = 86_400.0,
     busy_timeout: float = 5.0,
     synchronous: Synchronous = "NORMAL",
+    allow_writable_file: bool = False,
 ) -> SQLiteStores:
-    """Open (creating if needed) the idempotency, approval and counter stores on one file.
+    """Open (creating if needed, mode 0600) the idempotency, approval and counter stores on one file.
 
     ``retention`` is how long decided or expired approvals are kept before ``purge`` deletes them.
+    A file the group or others may write is refused (``PermissionError``) unless
+    ``allow_writable_file``.
     """
     opened: list[SQLiteStoreBase] = []
+    common: dict[str, Any] = {
+        "busy_timeout": busy_timeout,
+        "synchronous": synchronous,
+        "allow_writable_file": allow_writable_file,
+    }
     try:
-        idempotency = SQLiteIdempotencyStore(
-            path, busy_timeout=busy_timeout, synchronous=synchronous
-        )
+        idempotency = SQLiteIdempotencyStore(path, **common)
         opened.append(idempotency)
-        approvals = SQLiteApprovalStore(
-            path, retention=retention, busy_timeout=busy_timeout, synchronous=synchronous
-        )
+        approvals = SQLiteApprovalStore(path, retention=retention, **common)
         opened.append(approvals)
-        counters = SQLiteCounterStore(path, busy_timeout=busy_timeout, synchronous=synchronous)
+        counters = SQLiteCounterStore(path, **common)
     except BaseException:
         for store in opened:
             store.close()

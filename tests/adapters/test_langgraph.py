@@ -21,7 +21,8 @@ from callgate.adapters.langgraph import decision, guard_tools, tool_specs
 from guard import Effect, Guard, Principal, Session
 from guard.errors import ConfigurationError
 from guard.policy import Policy, RolePolicy
-from guard.shop import ShopApp
+from guard.shop import ShopApp, build_shop
+from guard.testing import ManualClock
 from tests.adapters.conftest import REFUND, Traced
 
 
@@ -246,3 +247,78 @@ class TestAsync:
         assert json.loads(after["c3"].content)["code"] == "OK"
         assert json.loads(after["c4"].content)["replayed"] is True
         assert shop.backend.side_effects == 1
+
+
+def approvals_of(shop: ShopApp) -> dict[str, str]:
+    """Every action the store holds, by id: its state."""
+    store = shop.guard.env.approvals
+    return {i: str(a.state) for i in store.ids() if (a := store.get(i)) is not None}
+
+
+def late_graph(clock: ManualClock) -> tuple[ShopApp, Any, RunnableConfig, Deps, dict[str, Any]]:
+    """A refund interrupted for approval, then the clock moved past the approval window."""
+    shop = build_shop(clock=clock)
+    graph = build_graph(guard_tools(shop.guard), refund_replies())
+    config: RunnableConfig = {"configurable": {"thread_id": "conv-late"}}
+    deps = Deps(session=shop.session("conv-late", "CUS-1"))
+    first = graph.invoke({"messages": [("user", "Refund")]}, config, context=deps)
+    clock.advance(shop.guard.policy.confirmation_ttl + 1)
+    return shop, graph, config, deps, first
+
+
+class TestLateDecisions:
+    """A decision applies only to the action it was shown: late, it is CONFIRMATION_EXPIRED."""
+
+    @pytest.mark.parametrize("approve", [True, False])
+    @pytest.mark.parametrize("named", [True, False])
+    def test_a_late_answer_expires_and_approves_nothing_new(
+        self, approve: bool, named: bool
+    ) -> None:
+        """Resumed after the window, the call ends CONFIRMATION_EXPIRED and approves nothing: the
+        model's next proposal (c4) is a new action, asked about in a new interrupt."""
+        shop, graph, config, deps, first = late_graph(ManualClock())
+        shown = first["__interrupt__"][0].value["approval_id"]
+        answer = decision(approve, by="agent-7", approval_id=shown if named else None)
+        second = graph.invoke(Command(resume=answer), config, context=deps)
+        late = tool_messages(second)["c3"]
+        assert late.status == "error"
+        assert json.loads(late.content)["code"] == "CONFIRMATION_EXPIRED"
+        (asked,) = second["__interrupt__"]
+        assert asked.value["approval_id"] != shown
+        assert approvals_of(shop) == {shown: "expired", asked.value["approval_id"]: "pending"}
+        assert shop.backend.side_effects == 0
+
+    @pytest.mark.anyio
+    async def test_a_late_async_answer_expires(self) -> None:
+        """ainvoke takes the same path: CONFIRMATION_EXPIRED, no side effect."""
+        clock = ManualClock()
+        shop = build_shop(clock=clock)
+        graph = build_graph(guard_tools(shop.guard), refund_replies())
+        config: RunnableConfig = {"configurable": {"thread_id": "conv-al"}}
+        deps = Deps(session=shop.session("conv-al", "CUS-1"))
+        await graph.ainvoke({"messages": [("user", "Refund")]}, config, context=deps)
+        clock.advance(shop.guard.policy.confirmation_ttl + 1)
+        second = await graph.ainvoke(
+            Command(resume=decision(True, by="agent-7")), config, context=deps
+        )
+        assert json.loads(tool_messages(second)["c3"].content)["code"] == "CONFIRMATION_EXPIRED"
+        assert shop.backend.side_effects == 0
+
+    def test_an_answer_naming_another_action_is_refused(self) -> None:
+        """A decision naming an approval id that is not this call's is a host error, not a run."""
+        shop, graph, config, deps, _ = late_graph(ManualClock())
+        other = shop.session("conv-other", "CUS-1")
+        other.execute("get_order", {"order_id": "ORD-1001"})
+        foreign = other.execute("refund_order", REFUND).approval_id
+        assert foreign is not None
+        answer = decision(True, by="agent-7", approval_id=foreign)
+        with pytest.raises(ConfigurationError, match="not one of this call"):
+            graph.invoke(Command(resume=answer), config, context=deps)
+        assert shop.backend.side_effects == 0
+
+    def test_the_interrupt_carries_the_escaped_question_and_facts(self, shop: ShopApp) -> None:
+        """The payload has the question to show, whether the user was identified, the warnings."""
+        first, _ = converse(shop)
+        value = first["__interrupt__"][0].value
+        assert value["authenticated"] is True and value["warnings"] == []
+        assert value["question"].startswith("Approve refund_order for CUS-1?")

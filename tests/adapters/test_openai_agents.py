@@ -25,7 +25,7 @@ from guard import Effect, Guard, Principal, Session
 from guard.errors import ConfigurationError
 from guard.policy import Policy, RolePolicy
 from guard.shop import ShopApp, build_shop
-from guard.testing import RecordingObserver
+from guard.testing import ManualClock, RecordingObserver
 from telemetry import attributes as attr
 from tests.adapters.conftest import REFUND, Traced
 
@@ -285,3 +285,45 @@ class TestWrappedTools:
         ).tools()
         with pytest.raises(ConfigurationError):
             tool_specs([tool])
+
+
+class TestLateDecisions:
+    """A decision applies only to the action it was shown: late, it is CONFIRMATION_EXPIRED."""
+
+    @pytest.mark.parametrize("when", ["approved-late", "resumed-late", "denied-late"])
+    async def test_a_late_decision_expires(self, when: str) -> None:
+        """Approved after the window, approved in time but resumed after it, or denied late: the
+        model reads CONFIRMATION_EXPIRED, no fresh action is asked or run, nothing is refunded."""
+        clock = ManualClock()
+        shop = build_shop(clock=clock)
+        model = ScriptedModel(
+            [
+                [function_call("get_order", {"order_id": "ORD-1001"}, call_id="c1")],
+                [function_call("refund_order", REFUND, call_id="c2")],
+                [assistant_message("It was not done.")],
+            ]
+        )
+        gate = GuardTools(shop.guard)
+        agent = Agent(name="support", model=model, tools=gate.tools())
+        deps = Deps(session=shop.session("conv-late", "CUS-1"))
+        first = await Runner.run(agent, "Refund ORD-1001", context=deps)
+        (item,) = first.interruptions
+        shown = gate.pending(deps.session, item)
+        assert shown is not None
+        question = gate.question(deps.session, item)
+        assert question is not None and question.startswith("Approve refund_order for CUS-1?")
+        state = first.to_state()
+        ttl = shop.guard.policy.confirmation_ttl + 1
+        if when != "resumed-late":
+            clock.advance(ttl)
+        if when == "denied-late":
+            gate.deny(state, item, session=deps.session, by="agent-7")
+        else:
+            gate.approve(state, item, session=deps.session, by="agent-7")
+        if when == "resumed-late":
+            clock.advance(ttl)
+        second = await Runner.run(agent, state, context=deps)
+        assert outputs(second)["c2"]["code"] == "CONFIRMATION_EXPIRED"
+        store = shop.guard.env.approvals
+        assert [str(a.state) for i in store.ids() if (a := store.get(i))] == ["expired"]
+        assert shop.backend.side_effects == 0

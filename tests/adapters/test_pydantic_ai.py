@@ -34,6 +34,7 @@ from guard import Effect, Guard, Principal, Session
 from guard.errors import ConfigurationError
 from guard.policy import Policy, RolePolicy
 from guard.shop import ShopApp, build_shop, shop_policy
+from guard.testing import ManualClock
 from tests.adapters.conftest import REFUND, Traced
 
 pytestmark = pytest.mark.anyio
@@ -375,3 +376,58 @@ class TestToolset:
         (definition,) = seen
         assert definition.name == "get_order"
         assert definition.parameters_json_schema["properties"]["order_id"]["pattern"]
+
+
+class TestLateDecisions:
+    """A decision applies only to the action it was shown: late, it is CONFIRMATION_EXPIRED."""
+
+    @pytest.mark.parametrize("how", ["decide", "plain", "deny"])
+    async def test_a_late_decision_expires(self, how: str) -> None:
+        """Approved (through decide or a plain True) or denied after the window: the model reads
+        CONFIRMATION_EXPIRED, the action is expired, and nothing is refunded."""
+        clock = ManualClock()
+        shop = build_shop(clock=clock)
+        script = Script(
+            iter(
+                [
+                    call("get_order", {"order_id": "ORD-1001"}, "c1"),
+                    call("refund_order", REFUND, "c2"),
+                    text("It was not done."),
+                ]
+            )
+        )
+        agent = make_agent(shop, script)
+        deps = Deps(session=shop.session("conv-late", "CUS-1"))
+        first = await agent.run("Refund ORD-1001", deps=deps)
+        approval_id = first.output.metadata["c2"][APPROVAL_KEY]
+        clock.advance(shop.guard.policy.confirmation_ttl + 1)
+        if how == "plain":
+            results = DeferredToolResults(approvals={"c2": True})
+        else:
+            results = decide(shop.guard, first.output, {"c2": how == "decide"}, by="agent-7")
+        second = await agent.run(
+            message_history=first.all_messages(), deferred_tool_results=results, deps=deps
+        )
+        (late,) = [
+            p for p in parts(second.all_messages(), ToolReturnPart) if p.tool_call_id == "c2"
+        ]
+        assert json.loads(late.content)["code"] == "CONFIRMATION_EXPIRED"
+        assert str(shop.guard.pending(approval_id).state) == "expired"
+        assert shop.backend.side_effects == 0
+
+    async def test_metadata_carries_the_escaped_question_and_facts(self, shop: ShopApp) -> None:
+        """The deferred call's metadata: the question to show, identification, warnings."""
+        script = Script(
+            iter(
+                [
+                    call("get_order", {"order_id": "ORD-1001"}, "c1"),
+                    call("refund_order", REFUND, "c2"),
+                ]
+            )
+        )
+        first = await make_agent(shop, script).run(
+            "Refund", deps=Deps(session=shop.session("conv-q", "CUS-1"))
+        )
+        metadata = first.output.metadata["c2"]
+        assert metadata["authenticated"] is True and metadata["warnings"] == []
+        assert metadata["question"].startswith("Approve refund_order for CUS-1?")

@@ -649,9 +649,11 @@ class TestRestart:
     """Pending actions survive a gateway restart: the next process watches them."""
 
     def test_an_action_left_pending_by_a_stopped_gateway_runs_when_approved(
-        self, tmp_path: Path
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        """Pending under one process, approved while another runs: that one runs it, once."""
+        """Pending under one process, approved while another runs: that one runs it, once (both
+        hold the deployment key, which seals pending actions)."""
+        monkeypatch.setenv("CALLGATE_MASKING_KEY", "deployment-key")
 
         async def scenario() -> None:
             args = {"order_id": "RS", "amount_cents": 42}

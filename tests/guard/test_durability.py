@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from pydantic import BaseModel, ConfigDict
 
 from guard import Effect, Guard, Policy, Principal, Risk, RolePolicy, ToolContext, ToolResult, tool
@@ -175,8 +176,11 @@ class TestRestart:
         finally:
             stores.close()
 
-    def test_pending_approval_survives_a_restart(self, tmp_path: Path) -> None:
-        """An approval asked for before a restart can be given after it."""
+    def test_pending_approval_survives_a_restart(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """An approval asked for before a restart can be given after it, under the deployment key."""
+        monkeypatch.setenv("CALLGATE_MASKING_KEY", "deployment-key")
         db = tmp_path / "guard.db"
         stores = open_sqlite_stores(db)
         shop = build_shop(

@@ -236,3 +236,32 @@ class TestDecided:
         assert decided == dataclasses.replace(
             action, state=ApprovalState.APPROVED, decided_by="h", decided_at=9.0
         )
+
+
+class TestFacts:
+    """The facts added to pending actions round-trip through every backend, and ``filed`` finds them."""
+
+    def test_facts_round_trip(self, store: ApprovalStore) -> None:
+        """Identification, warnings (any text), sensitive names and the seal come back as stored."""
+        written = action(
+            authenticated=False,
+            warnings='[{"code":"LATE","message":"\\u202e\\n\\u0000 ok"}]',
+            sensitive=("account", "pin"),
+            seal="ab" * 32,
+        )
+        store.create(written)
+        assert store.get("apr_1") == written
+        decided = store.decide("apr_1", approve=True, by="alice", now=10.0)
+        assert decided is not None and decided.seal == written.seal
+        assert decided.authenticated is False and decided.sensitive == ("account", "pin")
+        assert store.get("apr_1") == decided
+
+    def test_filed_lists_a_proposal_in_any_state_oldest_first(self, store: ApprovalStore) -> None:
+        """Every action under a proposal key, decided or expired, in creation order; others apart."""
+        store.create(action(id="apr_1", created_at=0.0, expires_at=10.0))
+        store.create(action(id="apr_2", created_at=20.0, expires_at=900.0))
+        store.create(action(id="apr_3", proposal_key="prop2"))
+        store.decide("apr_1", approve=True, by="alice", now=15.0)  # too late: expired
+        assert [a.id for a in store.filed("prop1")] == ["apr_1", "apr_2"]
+        assert [str(a.state) for a in store.filed("prop1")] == ["expired", "pending"]
+        assert store.filed("nothing") == []

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import redis
 
-from guard import ConfigurationError
+from guard import Code, ConfigurationError, Principal
 from guard.stores import ApprovalState, ClaimState, PendingAction
 from guard.stores.redis import (
     RedisApprovalStore,
@@ -19,6 +19,7 @@ from guard.stores.redis import (
     RedisIdempotencyStore,
     open_redis_stores,
 )
+from tests.guard.stages.test_confirm_facts import PAYOUT, World, payout_guard
 from tests.guard.stores.threads import run_together
 
 KEYS = [f"key-{i}" for i in range(200)]
@@ -226,3 +227,31 @@ class TestEvictionPolicy:
         stores = open_redis_stores(redis_client)
         assert stores.counters.admits("steps:s1", now=0.0)
         stores.close()
+
+
+class TestSealedActions:
+    """Whoever can write the Redis keys cannot change what an approved action runs."""
+
+    @pytest.mark.parametrize(
+        ("field", "value"),
+        [
+            ("arguments", '{"account":"ATTACKER","amount_cents":700}'),
+            ("principal_id", "ADMIN"),
+            ("scopes", '["everything"]'),
+            ("authenticated", "1"),
+            ("expires_at", "9e12"),
+            ("seal", ""),
+        ],
+    )
+    def test_an_edited_hash_refuses_to_run(
+        self, redis_client: redis.Redis, field: str, value: str
+    ) -> None:
+        """A field rewritten with HSET: approving ends CONFIRMATION_DENIED and the tool never runs."""
+        world = World()
+        store = RedisApprovalStore(redis_client)
+        guard = payout_guard(world, approvals=store, approval_key="k1")
+        pending = guard.session("s1", Principal.anonymous(role="agent")).execute("payout", PAYOUT)
+        assert pending.approval_id is not None
+        redis_client.hset(f"callgate:approval:{pending.approval_id}", field, value)
+        assert guard.approve(pending.approval_id, by="alice").code is Code.CONFIRMATION_DENIED
+        assert world.runs == []
