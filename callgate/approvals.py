@@ -14,6 +14,7 @@ action (it was already decided, or another approver won the race) exits 1 and na
 from __future__ import annotations
 
 import os
+import sqlite3
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -105,6 +106,8 @@ def _opened(store: str | None, allow_writable: bool) -> Iterator[OpenStores]:
         stores = open_stores(spec, allow_writable_file=allow_writable)
     except PermissionError as err:
         raise click.ClickException(str(err)) from None
+    except sqlite3.DatabaseError as err:  # another kind of file: say so, in one line
+        raise click.ClickException(f"{spec} is not an approvals store (SQLite): {err}") from None
     try:
         yield stores
     finally:
