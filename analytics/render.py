@@ -24,7 +24,7 @@ from .alerts import AlertResult
 from .load import LoadReport
 from .reconstruct import CallSummary, SpanNode, TraceView, enumeration_runs, to_jsonable
 from .scenario import ScenarioExport, dumps
-from .units import duration_ms
+from .units import attribute_text, duration_ms
 
 __all__ = [
     "alert_value",
@@ -159,7 +159,7 @@ def _node_label(node: SpanNode) -> Text:
 def _add(tree: Tree, node: SpanNode) -> None:
     branch = tree.add(_node_label(node))
     for event in node.events:
-        attrs = ", ".join(f"{k}={v}" for k, v in event.attributes.items())
+        attrs = ", ".join(f"{k}={attribute_text(k, v)}" for k, v in event.attributes.items())
         branch.add(Text(f"event {event.name} at {_cell(event.time)} {attrs}"))
     if node.name.startswith("execute_tool "):
         for key in ("guard.arguments", "gen_ai.tool.call.arguments"):

@@ -6,7 +6,7 @@ milliseconds would say ``0.000852``.
 
 from __future__ import annotations
 
-__all__ = ["duration_ms", "significant"]
+__all__ = ["attribute_text", "duration_ms", "significant"]
 
 
 def duration_ms(value: float) -> str:
@@ -32,3 +32,15 @@ def significant(value: float) -> str:
     if value >= 1:
         return f"{value:.2f}"
     return f"{value:.3f}".rstrip("0").rstrip(".") or "0"
+
+
+def attribute_text(key: str, value: object) -> str:
+    """A span or event attribute as people read it: ``guard.retry.delay_s`` 0.0434 -> ``43.5 ms``,
+    other floats to three significant digits, everything else as it is."""
+    if isinstance(value, float) and not isinstance(value, bool):
+        if key.endswith("_s"):
+            return duration_ms(value * 1000)
+        if key.endswith("_ms"):
+            return duration_ms(value)
+        return significant(value) if value >= 0 else "-" + significant(-value)
+    return str(value)

@@ -154,10 +154,12 @@ def bars(
     sort: Sequence[str] | None = None,
     fmt: str = ",d",
     colors: Mapping[str, str] | None = None,
+    domain: tuple[float, float] | None = None,
 ) -> Any:
     """Horizontal bars: ``x`` is the quantity, ``y`` the category, labelled with the value.
 
-    ``colors`` maps values of ``color`` to colours, so a page keeps one colour per outcome.
+    ``colors`` maps values of ``color`` to colours, so a page keeps one colour per outcome;
+    ``domain`` fixes the axis (a rate's ``(0, 1)``: a bar at 48% must not fill the chart).
     """
     y_enc = alt.Y(
         f"{y}:N",
@@ -171,6 +173,7 @@ def bars(
             f"{x}:Q",
             title=x,
             axis=alt.Axis(format=fmt, tickMinStep=1 if fmt.endswith("d") else alt.Undefined),
+            scale=alt.Scale(domain=list(domain)) if domain is not None else alt.Undefined,
         ),
         y=y_enc,
         tooltip=[f"{y}:N", alt.Tooltip(f"{x}:Q", format=fmt)],

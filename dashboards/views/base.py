@@ -6,13 +6,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
+import streamlit as st
+
 from analytics.metrics import FilterOptions, Filters
 
 from ..safe import link
 from ..settings import Settings
 from ..source import Source
 
-__all__ = ["Page", "PageContext", "trace_link"]
+__all__ = ["Page", "PageContext", "open_button", "open_selected", "trace_link"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -44,3 +46,27 @@ def trace_link(**params: str) -> str:
     The values are URL-encoded: an id with ``&``, ``#`` or spaces stays one parameter.
     """
     return link(page="trace", **params)
+
+
+def _open(**params: str) -> None:
+    """Switch this browser session to the Trace explorer on ``params``: in place, the same tab,
+    the same Streamlit session (a new tab is a new session: seconds of first render each)."""
+    ((kind, value),) = params.items()
+    st.session_state["page"] = "trace"
+    st.session_state["trace_query"] = value
+    st.query_params.from_dict({"page": "trace", kind: value})
+
+
+def open_button(label: str, *, key: str, **params: str) -> None:
+    """A button that opens the Trace explorer on one trace or session in place."""
+    st.button(label, key=key, on_click=_open, kwargs=params)
+
+
+def open_selected(key: str, ids: list[str], *, kind: str = "trace") -> None:
+    """The ``on_select`` callback of a table whose rows are ``ids``: opens the picked one in place."""
+    selection = st.session_state.get(key)
+    rows = list(getattr(getattr(selection, "selection", None), "rows", []) or [])
+    if not rows and isinstance(selection, dict):
+        rows = list(selection.get("selection", {}).get("rows", []))
+    if rows and 0 <= rows[0] < len(ids):
+        _open(**{kind: ids[rows[0]]})

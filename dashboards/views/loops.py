@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import streamlit as st
 
 from .. import charts, data, fmt
-from .base import Page, PageContext, trace_link
+from .base import Page, PageContext, open_selected, trace_link
 
 __all__ = ["PAGE"]
 
@@ -83,7 +85,16 @@ def render(ctx: PageContext) -> None:
                 "session", display_text=r"session=(.*)$", help="Open in the Trace explorer"
             )
         },
+        key="loops_sessions",
+        on_select=partial(
+            open_selected,
+            "loops_sessions",
+            [s.session or "" for s in found.sessions],
+            kind="session",
+        ),
+        selection_mode="single-row",
     )
+    st.caption("Pick a row to open its session here; the link opens a new tab.")
 
 
 PAGE = Page(slug="loops", title="Loops and replays", render=render)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 from datetime import datetime
+from functools import partial
 
 import streamlit as st
 
 from analytics.metrics import FIXABLE_DEFAULT_K
 
 from .. import charts, data, fmt
-from .base import Page, PageContext, trace_link
+from .base import Page, PageContext, open_selected, trace_link
 
 __all__ = ["PAGE"]
 
@@ -62,6 +63,7 @@ def render(ctx: PageContext) -> None:
             x="recovery rate",
             y="tool",
             fmt=".1%",
+            domain=(0.0, 1.0),
         ),
         width="stretch",
     )
@@ -124,7 +126,13 @@ def _never_recovered(found: data.RecoveryData) -> None:
         ],
         hide_index=True,
         column_config={"trace": st.column_config.LinkColumn("trace", display_text=r"trace=(.*)$")},
+        key="recovery_never",
+        on_select=partial(
+            open_selected, "recovery_never", [c.trace_id for c in found.never_recovered]
+        ),
+        selection_mode="single-row",
     )
+    st.caption("Pick a row to open its trace here; the link opens a new tab.")
 
 
 PAGE = Page(slug="recovery", title="Recovery", render=render)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import altair as alt
 import streamlit as st
 
 from .. import charts, data, fmt, safe
-from .base import Page, PageContext, trace_link
+from .base import Page, PageContext, open_selected, trace_link
 from .overview import KIND_LABELS
 
 __all__ = ["PAGE"]
@@ -233,7 +234,13 @@ def _drill_down(ctx: PageContext, found: data.RejectionsData) -> None:
         ],
         hide_index=True,
         column_config={"trace": st.column_config.LinkColumn("trace", display_text=r"trace=(.*)$")},
+        key="rejection_examples",
+        on_select=partial(
+            open_selected, "rejection_examples", [c.trace_id for c in found_examples]
+        ),
+        selection_mode="single-row",
     )
+    st.caption("Pick a row to open its trace here; the link opens a new tab.")
 
 
 PAGE = Page(slug="rejections", title="Rejections", render=render)

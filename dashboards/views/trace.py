@@ -8,16 +8,18 @@ from __future__ import annotations
 
 import json
 import shlex
+from functools import partial
 from typing import Any
 
 import streamlit as st
 
 from analytics import reconstruct
 from analytics.render import decision_lines, enumeration_lines
+from analytics.units import attribute_text
 from telemetry import attributes as A
 
 from .. import charts, data, fmt, safe
-from .base import Page, PageContext, trace_link
+from .base import Page, PageContext, open_button, open_selected, trace_link
 
 __all__ = ["PAGE"]
 
@@ -52,7 +54,7 @@ def render(ctx: PageContext) -> None:
     if found.matched == "session":
         for line in enumeration_lines(found.calls):
             st.warning(safe.text(line))
-    _call_table(found.calls)
+    _call_table(found.calls, key="trace_calls")
     labels = {_label(c): c.trace_id for c in found.calls}
     picked = st.selectbox("Open a call", list(labels), key="trace_pick")
     view = data.lookup(ctx.source, labels[str(picked)]).trace
@@ -74,7 +76,7 @@ def _label(call: reconstruct.CallSummary) -> str:
     return f"step {call.step} · {call.tool} · {call.code} · {call.trace_id}"
 
 
-def _call_table(calls: tuple[reconstruct.CallSummary, ...]) -> None:
+def _call_table(calls: tuple[reconstruct.CallSummary, ...], *, key: str) -> None:
     st.dataframe(
         [
             {
@@ -93,6 +95,9 @@ def _call_table(calls: tuple[reconstruct.CallSummary, ...]) -> None:
         ],
         hide_index=True,
         column_config={"trace": st.column_config.LinkColumn("trace", display_text=r"trace=(.*)$")},
+        key=key,
+        on_select=partial(open_selected, key, [c.trace_id for c in calls]),
+        selection_mode="single-row",
     )
 
 
@@ -132,7 +137,12 @@ def _trace(ctx: PageContext, view: reconstruct.TraceView) -> None:
         st.markdown("**Arguments** (masked before they were recorded)")
         st.code(_pretty(call.arguments), language="json")
     retries = [
-        {"span": node.name, "event": e.name, "time": fmt.when(e.time), **e.attributes}
+        {
+            "span": node.name,
+            "event": e.name,
+            "time": fmt.when(e.time),
+            **{k: attribute_text(k, v) for k, v in e.attributes.items()},
+        }
         for node in _nodes(view)
         for e in node.events
     ]
@@ -143,7 +153,7 @@ def _trace(ctx: PageContext, view: reconstruct.TraceView) -> None:
         st.dataframe(retries, hide_index=True)
     if view.approvals:
         st.markdown("**Approval history**")
-        _call_table(view.approvals)
+        _call_table(view.approvals, key="trace_approvals")
         for line in decision_lines(view.approvals):
             st.caption(safe.text(line))
     _reproduce(ctx, view)
@@ -180,8 +190,9 @@ def _why(ctx: PageContext, view: reconstruct.TraceView, call: reconstruct.CallSu
         f"{safe.text(_shown(source.step))}, **{safe.text(_shown(source.tool))}** at "
         f"{fmt.when(source.start_time)} UTC"
         + _injection(source.injection_detected, source.injection_rule)
-        + f". [Open the call that tainted the session](<{trace_link(trace=source.trace_id)}>)"
+        + "."
     )
+    open_button("Open the call that tainted the session", key="open_taint", trace=source.trace_id)
     _evidence(source.injection_excerpt)
     if source.message:
         st.caption("What the model was told for that call:")
@@ -213,8 +224,9 @@ def _value_source(view: reconstruct.TraceView) -> None:
         f"**Held: untrusted value.** {where}. It came from step {safe.text(_shown(source.step))}, "
         f"**{safe.text(_shown(source.tool))}** at {fmt.when(source.start_time)} UTC"
         + _injection(source.injection_detected, source.injection_rule)
-        + f". [Open the call the value came from](<{trace_link(trace=source.trace_id)}>)"
+        + "."
     )
+    open_button("Open the call the value came from", key="open_value", trace=source.trace_id)
 
 
 def _injection(detected: object, rule: object) -> str:

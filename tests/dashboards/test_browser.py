@@ -228,19 +228,17 @@ class TestBrowser:
         alert = page.locator('[data-testid="stAlertContentError"]').first
         expect(alert).to_contain_text("Held: the session read untrusted text")
         snap(page, shots / "trace-tainted.png")
-        link = alert.get_by_role("link", name="Open the call that tainted the session")
-        assert link.get_attribute("href") == f"?page=trace&trace={source.trace_id}"
-        with page.context.expect_page() as opened:  # Streamlit opens Markdown links in a new tab
-            link.click()
-        cause = opened.value
-        cause.set_viewport_size({"width": 1500, "height": 1100})
+        tabs = len(page.context.pages)
+        page.get_by_role("button", name="Open the call that tainted the session").click()
+        cause = page  # in place: the same tab and Streamlit session, no new first render
         cause.get_by_role("heading", name=f"Trace {source.trace_id}").wait_for(timeout=30_000)
+        assert len(page.context.pages) == tabs
+        assert f"trace={source.trace_id}" in cause.url
         expect(cause.locator('[data-testid="stAlertContentWarning"]').first).to_contain_text(
             "untrusted"
         )
         cause.wait_for_timeout(800)
         snap(cause, shots / "trace-tainting-read.png")
-        cause.close()
 
 
 _NO_LIVE_MARKUP = """() => {

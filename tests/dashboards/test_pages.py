@@ -227,6 +227,13 @@ class TestRecovery:
         total = sum(r.recovered for r in expected) / sum(r.rejected for r in expected)
         assert parse_rate(metric_values(app)["Recovery rate"]) == pytest.approx(total, abs=5e-4)
 
+    def test_rate_axis_runs_to_100_percent(self, app: AppTest) -> None:
+        """The per-tool bars are drawn on 0-100%, so 48% reads as half, not as a full bar."""
+        open_page(app, "recovery")
+        spec = json.loads(app.get("vega_lite_chart")[0].proto.spec)
+        layer = spec["layer"][0]
+        assert layer["encoding"]["x"]["scale"]["domain"] == [0.0, 1.0]
+
     def test_k_is_passed_through(self, app: AppTest, con: duckdb.DuckDBPyConnection) -> None:
         """Changing K shows recovery_rate for that K."""
         open_page(app, "recovery")

@@ -53,11 +53,15 @@ class TestTaintedWrite:
         at = open_trace(make_app(monkeypatch, demo_db), held.trace_id)
         [alert] = [e.value for e in at.error]
         assert "Held: the session read untrusted text" in alert
-        assert f"(<?page=trace&trace={source.trace_id}>)" in alert
         text = unescape(alert)
         assert f"step {source.step}, **{source.tool}**" in text
         if source.injection_detected:
             assert f"rule **{source.injection_rule}**" in text
+        # The button opens the cause in place: this session, this tab, no second first-render.
+        at.button(key="open_taint").click().run()
+        assert not at.exception, at.exception
+        assert any(source.trace_id in str(h.value) for h in at.subheader)
+        assert at.query_params["trace"] in (source.trace_id, [source.trace_id])
 
     def test_the_tainting_call_shows_its_flags(
         self, demo_db: Path, demo_con: duckdb.DuckDBPyConnection, monkeypatch: pytest.MonkeyPatch

@@ -90,3 +90,14 @@ class TestFormat:
         assert fmt.time_unit([12_000.0]) == ("s", 0.001)
         assert fmt.duration(timedelta(minutes=5)) == "5 minutes"
         assert fmt.duration(timedelta(hours=1)) == "1 hour"
+
+
+class TestAttributeText:
+    def test_retry_delay_reads_as_a_duration(self) -> None:
+        """A retry's delay in seconds prints in ms, not as 0.04347474027872161."""
+        from analytics.units import attribute_text
+
+        assert attribute_text("guard.retry.delay_s", 0.04347474027872161) == "43.5 ms"
+        assert attribute_text("guard.approval.wait_ms", 192000.0) == "192 s"
+        assert attribute_text("guard.retry.attempt", 2) == "2"
+        assert attribute_text("x.ratio", 0.123456) == "0.123"
