@@ -21,6 +21,7 @@ outside (``bench/soak_check.py``), printed as a table, and the exit status is 1 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import random
 import shutil
@@ -340,15 +341,22 @@ def main(argv: list[str] | None = None) -> int:
         print("  " + fault.describe())
     sys.stdout.flush()
     run = Run(home=home, args=args)
+    marks = [("start", time.monotonic())]
     try:
         run.start()
+        marks.append(("run", time.monotonic()))
         run.drive(faults)
+        marks.append(("finish", time.monotonic()))
         statuses = run.finish()
+        marks.append(("check", time.monotonic()))
         results = soak_check.check(home, run, statuses, rss_bound_mib=RSS_BOUND_MIB,
                                    lag_bound_s=args.lag_bound)  # fmt: skip
     finally:
         run.teardown()
+    marks.append(("end", time.monotonic()))
+    results["wall_s"] = {a: round(tb - ta, 1) for (a, ta), (_, tb) in itertools.pairwise(marks)}
     print(soak_check.render(results))
+    print("wall seconds: " + ", ".join(f"{k} {v}" for k, v in results["wall_s"].items()))
     if args.json is not None:
         args.json.write_text(json.dumps(results, indent=2))
     if not args.keep and args.home is None and all(r["ok"] for r in results["invariants"]):

@@ -296,9 +296,13 @@ def verify(home: Path, run: Any) -> list[dict[str, Any]]:
     if not clean:
         whole = subprocess.CompletedProcess(command, 1, "no span files", "")
     named, intact, unnamed = 0, 0, []
-    for pid in sorted(hit & set(groups)):
-        done = subprocess.run([*command, *map(str, groups[pid])], capture_output=True, text=True,
-                              env=env)  # fmt: skip
+    hit_groups = sorted(hit & set(groups))
+    every_hit = [str(p) for pid in hit_groups for p in groups[pid]]
+    together = subprocess.run([*command, *every_hit], capture_output=True, text=True, env=env)
+    for pid in hit_groups:  # one by one only when some chain is broken, to name each break
+        done = together if together.returncode == 0 else subprocess.run(
+            [*command, *map(str, groups[pid])], capture_output=True, text=True, env=env
+        )  # fmt: skip
         if done.returncode == 0:
             intact += 1
         elif ".jsonl" in done.stdout + done.stderr:
