@@ -230,12 +230,11 @@ class Run:
         self.disks = {"trail": procs.Disk(home / "agents/0/trail", 1024),
                       "sidecar": procs.Disk(home / "sidecar", 1024)}  # fmt: skip
         if args.store == "redis":
-            self.redis = procs.redis(home, args.redis_port)
+            self.redis = procs.redis(home, args.redis_port, volatile=args.redis_volatile)
             self.redis.start()
             procs.wait_port(args.redis_port)
         self.sidecar = procs.sidecar(home, args.sidecar_port, MASKING_KEY)
         self.sidecar.start()
-        procs.wait_port(args.sidecar_port)
         self.loader = procs.loader(home, [home / "sidecar"], follow=True)
         self.loader.start()
         options = {
@@ -246,6 +245,7 @@ class Run:
         self.agents = [procs.agent(home, i, options) for i in range(args.agents)]
         for proc in self.agents:
             proc.start()
+        procs.wait_port(args.sidecar_port, timeout=120.0)
         deadline = time.monotonic() + 120.0
         while not all((home / f"agents/{i}/ready").exists() for i in range(args.agents)):
             if time.monotonic() > deadline or not all(a.alive() for a in self.agents):
@@ -322,6 +322,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=10.0, help="calls per second per agent")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--store", choices=("sqlite", "redis"), default="sqlite")
+    parser.add_argument(
+        "--redis-volatile",
+        action="store_true",
+        help="run redis-server without persistence (a restart then forgets every key)",
+    )
     parser.add_argument("--home", type=Path, help="run directory (default: a new temporary one)")
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--lag-bound", type=float, default=LAG_BOUND_S, help="seconds")

@@ -151,9 +151,13 @@ def loader(home: Path, sources: list[Path], *, follow: bool) -> Proc:
     return Proc(name, argv, home / "logs" / f"{name}.log")
 
 
-def redis(home: Path, port: int) -> Proc:
-    argv = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-            "--appendonly", "no", "--dir", str(home)]  # fmt: skip
+def redis(home: Path, port: int, *, volatile: bool) -> Proc:
+    """A redis-server on ``port``: durable (every write in the append-only file before it is
+    answered, so a SIGKILL loses nothing), or ``volatile`` (no persistence: a restart forgets)."""
+    durable = ["--appendonly", "yes", "--appendfsync", "always", "--save", ""]
+    keep = ["--save", "", "--appendonly", "no"] if volatile else durable
+    argv = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", *keep,
+            "--dir", str(home)]  # fmt: skip
     return Proc("redis", argv, home / "logs" / "redis.log")
 
 
