@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import soak_check
 import soak_procs as procs
-from soak_agent import MASKING_KEY
+from soak_agent import MASKING_KEY, PHASE_COMMITTED, PHASE_UNCOMMITTED
 
 RSS_BOUND_MIB = {"agent": 300, "sidecar": 300, "sidecar-worker": 300, "loader": 600, "redis": 200}
 """Peak resident memory each long-lived process must stay under, MiB."""
@@ -59,7 +59,7 @@ class Fault:
 
     def describe(self) -> str:
         extra = {
-            "agent_kill": f"agent {self.agent}",
+            "agent_kill": f"agent {self.agent}, effect {self.target}",
             "clock": f"agent {self.agent} clock {self.delta:+.0f} s",
             "disk_full": f"{self.target} for {self.duration:.0f} s",
             "collector_down": f"for {self.duration:.0f} s",
@@ -84,7 +84,8 @@ def schedule(seed: int, seconds: float, agents: int, store: str) -> list[Fault]:
                 delta = rng.choice([90.0, -30.0, 1000.0])
                 faults.append(Fault(at=at, kind=kind, agent=rng.randrange(agents), delta=delta))
             elif kind == "agent_kill":
-                faults.append(Fault(at=at, kind=kind, agent=rng.randrange(agents)))
+                target = "committed" if n % 2 == 0 else "uncommitted"
+                faults.append(Fault(at=at, kind=kind, agent=rng.randrange(agents), target=target))
             elif kind == "disk_full":
                 target = "trail" if n % 2 == 0 else "sidecar"
                 faults.append(Fault(at=at, kind=kind, duration=4.0, target=target))
@@ -164,7 +165,10 @@ class Run:
         ending: Callable[[], None] | None = None
         if fault.kind == "agent_kill":
             proc = self.agents[fault.agent]
-            window["phase"] = soak_check.wait_mid_call(self.home, fault.agent, timeout=3.0)
+            # Half the kills land with the effect written and not committed, half after the
+            # commit and before the answer (the unknown outcome).
+            phases = (PHASE_COMMITTED,) if fault.target == "committed" else (PHASE_UNCOMMITTED,)
+            window["phase"] = soak_check.wait_mid_call(self.home, fault.agent, 3.0, phases)
             window["pids"].append(proc.kill())
             proc.start()
         elif fault.kind == "sidecar_worker_kill":

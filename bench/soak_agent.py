@@ -15,6 +15,9 @@ can count effects from outside the guard:
 - ``transfer`` (write, the backend deduplicates by key: a retry after a lost answer is safe);
 - ``big_pay`` (write, high risk: waits for a human, whom the agent plays, approving or denying).
 
+Each write declares a status check (``reconcile=``) that reads the ledger by key; after an
+``unknown`` outcome the agent sends the call again, and the guard settles it.
+
 Every call's reported outcome is appended to ``outcomes.jsonl`` and fsynced before the next call,
 so a SIGKILL loses at most the call in flight. A restarted agent resumes at the first call it did
 not report and sends it again, as a model whose answer was lost would. ``phase`` (16 bytes, mmap)
@@ -48,6 +51,7 @@ from guard import (
     Effect,
     Guard,
     GuardError,
+    Outcome,
     Policy,
     Principal,
     RetryPolicy,
@@ -88,6 +92,13 @@ class Ledger:
         )
         self._agent = agent
         self._phase = phase
+        self._seen: set[str] = set()
+
+    def first_sighting(self, key: str) -> bool:
+        """True the first time this process meets ``key``."""
+        new = key not in self._seen
+        self._seen.add(key)
+        return new
 
     def apply(self, key: str, tool: str, account: str, amount: int, *, dedupe: bool) -> int:
         """Write the effect and its ledger row in one transaction; the row id is the receipt."""
@@ -114,6 +125,11 @@ class Ledger:
         self._phase.set(PHASE_COMMITTED)
         time.sleep(0.002)  # committed, not answered: a kill here leaves an unknown outcome
         return int(cursor.lastrowid or 0)
+
+    def status(self, key: str) -> Outcome:
+        """The backend's status endpoint: did a write with this key take effect?"""
+        row = self._db.execute("SELECT 1 FROM applied WHERE key = ?", (key,)).fetchone()
+        return Outcome.APPLIED if row is not None else Outcome.NOT_APPLIED
 
 
 class Phase:
@@ -162,9 +178,15 @@ def _write(args: Payment, ctx: ToolContext[Deps], tool: str, *, dedupe: bool) ->
     )
     if draw < 0.08:
         raise TimeoutError("the answer was lost after the backend committed")
-    if draw < 0.09:
-        raise RuntimeError("a bug after the effect")
+    if draw < 0.09 and ctx.deps.ledger.first_sighting(ctx.idempotency_key):
+        raise RuntimeError("a bug after the effect")  # once: a bug, not a broken backend
     return {"receipt": receipt, "account": args.account}
+
+
+def _status(args: Payment, ctx: ToolContext[Deps]) -> Outcome:
+    """The status check the guard asks when a repeat finds the outcome unknown."""
+    assert ctx.idempotency_key is not None
+    return ctx.deps.ledger.status(ctx.idempotency_key)
 
 
 @tool(arguments=Balance, scope="read")
@@ -176,21 +198,24 @@ def balance(args: Balance, ctx: ToolContext[Deps]) -> dict[str, Any]:
 
 
 @tool(arguments=Payment, effect=Effect.WRITE, risk=Risk.MEDIUM, scope="pay",
-      idempotent_backend=False, timeout=0.5, retry=RetryPolicy(attempts=3, base_delay=0.01, max_delay=0.05))  # fmt: skip
+      idempotent_backend=False, timeout=0.5, reconcile=_status,
+      retry=RetryPolicy(attempts=3, base_delay=0.01, max_delay=0.05))  # fmt: skip
 def pay(args: Payment, ctx: ToolContext[Deps]) -> dict[str, Any]:
     """Pay from an account. The backend does not deduplicate."""
     return _write(args, ctx, "pay", dedupe=False)
 
 
 @tool(arguments=Payment, effect=Effect.WRITE, risk=Risk.MEDIUM, scope="pay",
-      timeout=0.5, retry=RetryPolicy(attempts=3, base_delay=0.01, max_delay=0.05))  # fmt: skip
+      timeout=0.5, reconcile=_status,
+      retry=RetryPolicy(attempts=3, base_delay=0.01, max_delay=0.05))  # fmt: skip
 def transfer(args: Payment, ctx: ToolContext[Deps]) -> dict[str, Any]:
     """Transfer from an account. The backend deduplicates by idempotency key."""
     return _write(args, ctx, "transfer", dedupe=True)
 
 
 @tool(arguments=Payment, effect=Effect.WRITE, risk=Risk.HIGH, scope="pay",
-      idempotent_backend=False, timeout=0.5, retry=RetryPolicy(attempts=2, base_delay=0.01, max_delay=0.05))  # fmt: skip
+      idempotent_backend=False, timeout=0.5, reconcile=_status,
+      retry=RetryPolicy(attempts=2, base_delay=0.01, max_delay=0.05))  # fmt: skip
 def big_pay(args: Payment, ctx: ToolContext[Deps]) -> dict[str, Any]:
     """A large payment: a human approves it first."""
     return _write(args, ctx, "big_pay", dedupe=False)
@@ -421,6 +446,14 @@ class Agent:
                 result = self._decide(planned, first)
             self.phase.set(PHASE_IDLE)
             self._report(planned, result, first)
+            if isinstance(result, ToolResult) and result.outcome is Outcome.UNKNOWN:
+                # The model asks again; the guard's status check settles the outcome.
+                self.phase.set(PHASE_GUARD, self.next)
+                again: ToolResult | str = (
+                    self._decide(planned, first) if planned.decision else self._execute(planned)
+                )
+                self.phase.set(PHASE_IDLE)
+                self._report(planned, again, first)
             self.next += 1
             self.calls += 1
             pause = started + self.calls * self.interval - time.monotonic()

@@ -19,7 +19,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
-from soak_agent import MASKING_KEY, PHASE_COMMITTED, PHASE_UNCOMMITTED
+from soak_agent import MASKING_KEY
 
 _WRITER = re.compile(r"-(\d+)-(\d{4})\.jsonl$")
 """``<prefix>-<start>-<pid>-<seq>.jsonl``: the writer's pid, and its file's place in its chain."""
@@ -79,15 +79,15 @@ def bytes_behind(home: Path, sizes: dict[str, int]) -> int | None:
     return sum(max(0, size - done.get(name, 0)) for name, size in sizes.items())
 
 
-def wait_mid_call(home: Path, agent: int, timeout: float) -> int:
-    """Wait until the agent is inside its handler (effect written or committed); the phase seen."""
+def wait_mid_call(home: Path, agent: int, timeout: float, phases: tuple[int, ...]) -> int:
+    """Wait until the agent is inside its handler in one of ``phases``; the phase last seen."""
     path = home / "agents" / str(agent) / "phase"
     deadline = time.monotonic() + timeout
     phase = -1
     with path.open("rb") as handle, mmap.mmap(handle.fileno(), 16, access=mmap.ACCESS_READ) as view:
         while time.monotonic() < deadline:
             phase = view[0]
-            if phase in (PHASE_UNCOMMITTED, PHASE_COMMITTED):
+            if phase in phases:
                 return phase
             time.sleep(0.0005)
     return phase
@@ -179,6 +179,15 @@ def effects(home: Path, killed: set[int]) -> tuple[list[dict[str, Any]], dict[st
         and r.get("key") and r["key"] not in applied_keys
     )  # fmt: skip
     unknown = sorted({r["key"] for r in reports if r["outcome"] == "unknown" and r.get("key")})
+    last: dict[str, str] = {}
+    for report in reports:  # each agent's reports are in call order
+        if report.get("key") and report["code"] != "IN_PROGRESS":
+            last[report["key"]] = report["outcome"]
+    unsettled = [k for k in unknown if last.get(k) == "unknown"]
+    wrong = sorted(
+        k for k in unknown
+        if (last.get(k) == "applied") != (k in applied_keys) and last.get(k) != "unknown"
+    )  # fmt: skip
     codes = Counter(r["code"] for r in reports)
     stats = {
         "calls_reported": len(reports),
@@ -186,6 +195,7 @@ def effects(home: Path, killed: set[int]) -> tuple[list[dict[str, Any]], dict[st
         "codes": dict(codes.most_common()),
         "unknown_keys": len(unknown),
         "unknown_applied": sum(1 for k in unknown if k in applied_keys),
+        "unknown_settled": len(unknown) - len(unsettled),
         "unreported_applied_by_killed": len(unreported) - len(unexplained),
         "in_progress_answers": in_progress,
     }
@@ -197,6 +207,9 @@ def effects(home: Path, killed: set[int]) -> tuple[list[dict[str, Any]], dict[st
         _row("applied write unreported only if its agent was killed", not unexplained,
              f"{len(unreported) - len(unexplained)} by killed agents, {len(unexplained)} else"),
         _row("write reported applied is in the ledger", not phantom, f"{len(phantom)} {phantom[:3]}"),
+        _row("unknown outcome settled as the ledger says", not wrong,
+             f"{len(unknown)} unknown, {len(unknown) - len(unsettled)} settled, "
+             f"{len(wrong)} settled wrong {wrong[:3]}"),
     ]  # fmt: skip
     return table, stats
 
@@ -362,7 +375,8 @@ def render(results: dict[str, Any]) -> str:
     effects, spans = results["effects"], results["spans"]
     lines.append(f"calls reported {effects['calls_reported']}, applied writes "
                  f"{effects['applied_writes']}, unknown outcomes {effects['unknown_keys']} "
-                 f"({effects['unknown_applied']} of them applied)")  # fmt: skip
+                 f"({effects['unknown_applied']} of them applied, "
+                 f"{effects['unknown_settled']} settled)")  # fmt: skip
     lines.append("codes: " + ", ".join(f"{k} {v}" for k, v in effects["codes"].items()))
     lines.append(f"spans: acked {spans['spans_acked']}, sidecar disk {spans['sidecar_spans_on_disk']}"
                  f" (repeats {spans['sidecar_repeats_on_disk']}), trail disk "

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import logging
+from dataclasses import dataclass, replace
 
 from guard.call import Call
 from guard.codes import Code
+from guard.registry import ToolContext
 from guard.result import Outcome, ToolResult
 from guard.stages.base import Env, digest, reject
 from guard.stores.base import ClaimState
 
 __all__ = ["IdempotencyStage", "approval_key", "proposal_key"]
+
+log = logging.getLogger(__name__)
 
 
 def proposal_key(session_id: str, tool: str, canonical: str) -> str:
@@ -67,6 +71,8 @@ class IdempotencyStage:
             call.claimed = True
             return None
         if claim.state is ClaimState.COMPLETED:
+            if spec.reconcile is not None and _unknown(claim.result):
+                return self._settle(call) or replayed(call, claim.result or "{}")
             return replayed(call, claim.result or "{}")
         if claim.state is ClaimState.IN_FLIGHT:
             return reject(
@@ -75,12 +81,81 @@ class IdempotencyStage:
                 "An identical call is still running. Do not send it again; wait for its result.",
             )
         if claim.state is ClaimState.STALE:
+            if spec.reconcile is not None:
+                return self._settle_stale(call)
             return self._abandoned(call)
         return reject(
             call,
             Code.IDEMPOTENCY_CONFLICT,
             "This action was already recorded with different arguments. Do not retry it.",
         )
+
+    def _settle(self, call: Call) -> ToolResult | None:
+        """The earlier outcome was unknown: ask the tool's status check, and record what it says
+        as the key's result. Settled not applied, the call is not run again here: another repeat
+        may be settling it at the same moment, and only a claim may run a write."""
+        outcome = self._status(call)
+        if outcome is Outcome.UNKNOWN:
+            return None
+        return self._record(call, settled(call, outcome))
+
+    def _settle_stale(self, call: Call) -> ToolResult | None:
+        """An earlier attempt claimed the key and died. If the status check says it took effect,
+        that is the result; if it says it did not, the stale claim is taken (atomically: one
+        repeat wins) and the call runs; if it cannot tell, the outcome stays unknown."""
+        assert call.idempotency_key is not None and call.fingerprint is not None
+        outcome = self._status(call)
+        if outcome is Outcome.APPLIED:
+            return self._record(call, settled(call, outcome))
+        if outcome is Outcome.UNKNOWN:
+            return self._abandoned(call)
+        claim = self.env.idempotency.claim(
+            call.idempotency_key,
+            call.fingerprint,
+            now=call.now,
+            lease=self.env.policy.claim_lease,
+            take_stale=True,
+        )
+        if claim.state is ClaimState.CLAIMED:
+            call.claimed = True
+            return None
+        if claim.state is ClaimState.COMPLETED:
+            return replayed(call, claim.result or "{}")
+        return reject(
+            call,
+            Code.IN_PROGRESS,
+            "An identical call is still running. Do not send it again; wait for its result.",
+        )
+
+    def _status(self, call: Call) -> Outcome:
+        """The tool's status check; a check that fails leaves the outcome unknown (logged)."""
+        assert call.spec is not None and call.spec.reconcile is not None
+        context = ToolContext(
+            principal=call.principal,
+            session_id=call.session_id,
+            call_id=call.call_id,
+            idempotency_key=call.idempotency_key,
+            attempt=0,
+            timeout=call.spec.timeout,
+            approval_id=call.approval.id if call.approval else None,
+            deps=self.env.deps,
+        )
+        try:
+            return Outcome(call.spec.reconcile(call.arguments, context))
+        except Exception:
+            log.exception("status check of %s failed", call.spec.name)
+            return Outcome.UNKNOWN
+
+    def _record(self, call: Call, result: ToolResult) -> ToolResult:
+        assert call.idempotency_key is not None and call.fingerprint is not None
+        self.env.idempotency.complete(
+            call.idempotency_key,
+            call.fingerprint,
+            stored(result),
+            now=call.now,
+            ttl=self.env.policy.idempotency_ttl,
+        )
+        return result
 
     def _abandoned(self, call: Call) -> ToolResult:
         """An earlier attempt claimed the key and died without a result, perhaps mid-write, and
@@ -103,6 +178,33 @@ class IdempotencyStage:
             ttl=self.env.policy.idempotency_ttl,
         )
         return result
+
+
+def _unknown(text: str | None) -> bool:
+    return bool(text) and json.loads(text or "{}").get("outcome") == Outcome.UNKNOWN
+
+
+def settled(call: Call, outcome: Outcome) -> ToolResult:
+    """The answer once a status check has settled an unknown outcome: a replay, nothing run."""
+    if outcome is Outcome.APPLIED:
+        return ToolResult(
+            ok=True,
+            code=Code.OK,
+            message="An earlier attempt of this call took effect (its status check says so). "
+            "Nothing was done again.",
+            replayed=True,
+            outcome=Outcome.APPLIED,
+            call_id=call.call_id,
+            tool=call.tool,
+            idempotency_key=call.idempotency_key,
+        )
+    result = reject(
+        call,
+        Code.UPSTREAM_UNAVAILABLE,
+        "An earlier attempt of this call did not take effect (its status check says so). "
+        "Nothing was done; tell the user, and send it again only with a new request id.",
+    )
+    return replace(result, replayed=True)
 
 
 def stored(result: ToolResult) -> str:

@@ -18,6 +18,7 @@ INVARIANTS = (
     "applied write never reported not_applied",
     "applied write unreported only if its agent was killed",
     "write reported applied is in the ledger",
+    "unknown outcome settled as the ledger says",
     "acknowledged span on the sidecar's disk",
     "acknowledged span in DuckDB",
     "span in DuckDB exactly once",
@@ -79,10 +80,11 @@ class TestSoakSmoke:
         assert not any("skipped" in window for window in soak["windows"]), soak["windows"]
 
     def test_the_run_did_work(self, soak: dict[str, Any]) -> None:
-        """Calls ran, writes applied, some outcomes ended unknown and spans reached both databases."""
+        """Calls ran, writes applied, unknown outcomes were settled, spans reached both databases."""
         assert soak["effects"]["calls_reported"] > 500
         assert soak["effects"]["applied_writes"] > 100
         assert soak["effects"]["unknown_keys"] > 0
+        assert soak["effects"]["unknown_settled"] > 0
         assert soak["spans"]["db_spans"] > 1000 and soak["spans"]["trail_db_spans"] > 1000
 
     @pytest.mark.parametrize("name", INVARIANTS)
