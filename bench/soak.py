@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import soak_check
 import soak_procs as procs
-from soak_agent import MASKING_KEY, PHASE_COMMITTED, PHASE_UNCOMMITTED
+from soak_domain import MASKING_KEY, PHASE_COMMITTED, PHASE_UNCOMMITTED
 
 RSS_BOUND_MIB = {"agent": 300, "sidecar": 300, "sidecar-worker": 300, "loader": 600, "redis": 200}
 """Peak resident memory each long-lived process must stay under, MiB."""

@@ -19,7 +19,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
-from soak_agent import MASKING_KEY
+from soak_domain import MASKING_KEY
 
 _WRITER = re.compile(r"-(\d+)-(\d{4})\.jsonl$")
 """``<prefix>-<start>-<pid>-<seq>.jsonl``: the writer's pid, and its file's place in its chain."""
