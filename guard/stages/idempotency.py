@@ -223,8 +223,15 @@ def stored(result: ToolResult) -> str:
 
 
 def replayed(call: Call, text: str) -> ToolResult:
-    """The stored result of a completed write, marked as a replay."""
+    """The stored result of a completed write, marked as a replay.
+
+    A proposal a human approved ran under its approval's key: a repeat of the proposal names
+    that key, the one the backend was sent, so its status can be looked up by it."""
     saved = json.loads(text)
+    outcome = Outcome(saved.get("outcome", "applied"))
+    key = call.idempotency_key
+    if saved.get("approval_id") and outcome is not Outcome.NOT_APPLIED:
+        key = approval_key(saved["approval_id"])
     return ToolResult(
         ok=bool(saved.get("ok")),
         code=Code[saved.get("code", "OK")],  # names equal values (a test keeps it so)
@@ -232,9 +239,9 @@ def replayed(call: Call, text: str) -> ToolResult:
         + saved.get("message", ""),
         data=saved.get("data"),
         replayed=True,
-        outcome=Outcome(saved.get("outcome", "applied")),
+        outcome=outcome,
         call_id=call.call_id,
         tool=call.tool,
-        idempotency_key=call.idempotency_key,
+        idempotency_key=key,
         approval_id=saved.get("approval_id"),
     )
