@@ -22,7 +22,7 @@ from guard.errors import ConfigurationError
 from guard.patterns import ambiguous_constructs, schema_patterns
 from guard.refusals import check_refusals
 from guard.requirements import AnyOf, Prerequisite, Requirement, SeenIn, flat_requirements
-from guard.result import Advisory
+from guard.result import Advisory, Outcome
 from guard.session import Principal
 from guard.views import ResultView
 
@@ -156,6 +156,11 @@ class CheckContext(Generic[DepsT]):
 Handler: TypeAlias = Callable[[Any, ToolContext], Any | Awaitable[Any]]
 """Runs the tool: ``(validated arguments, ToolContext) -> result`` (sync or async)."""
 
+Reconcile: TypeAlias = Callable[[Any, ToolContext], Outcome]
+"""Asks the backend whether a write whose outcome is unknown took effect:
+``(validated arguments, ToolContext) -> Outcome`` (``ctx.idempotency_key`` is the key every
+attempt was sent with). ``APPLIED`` or ``NOT_APPLIED`` settle it; ``UNKNOWN`` leaves it unknown."""
+
 Check: TypeAlias = Callable[[Any, CheckContext], None]
 """Checks arguments against current state; raises ``RuleViolation`` to refuse, calls
 ``ctx.warn`` to let the call through with a warning."""
@@ -223,6 +228,10 @@ class ToolSpec:
     """How transient failures are retried."""
     idempotent_backend: bool = True
     """The backend deduplicates by idempotency key, so a write with an unknown outcome may be retried."""
+    reconcile: Reconcile | None = None
+    """A status check for writes: when a repeat finds this call's earlier outcome unknown (a
+    timeout, a process that died mid-write), the guard asks it before answering, and records the
+    settled outcome for every later repeat (see ``Reconcile``)."""
     idempotency_field: str | None = None
     """An argument carrying a caller-chosen request id (as payment APIs take): the key derives from
     it instead of from all arguments, and the same id with other arguments is IDEMPOTENCY_CONFLICT."""

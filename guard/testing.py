@@ -16,23 +16,29 @@ class ManualClock:
     """A clock that moves only when told: ``sleep`` advances it instantly, so backoff costs no time.
 
     ``time_ns`` (span timestamps) is the manual time plus the real time elapsed since the last
-    move, so stage durations stay real while calls land where the test or the demo put them.
+    move, so stage durations stay real while calls land where the test or the demo put them. A
+    move forward never takes ``time_ns`` back: a backoff shorter than the real time already
+    counted keeps the real time, so a span never ends before it starts. Only a move backward (a
+    clock stepped back on purpose) goes back.
     """
 
     def __init__(self, start: float = 1_767_225_600.0) -> None:  # 2026-01-01T00:00:00Z
         self.time = start
         self.slept: list[float] = []
         self._moved_at = time.perf_counter_ns()
+        self._carry = 0  # real nanoseconds counted before a forward move shorter than them
 
     def now(self) -> float:
         return self.time
 
     def time_ns(self) -> int:
-        return int(self.time * 1e9) + (time.perf_counter_ns() - self._moved_at)
+        return int(self.time * 1e9) + self._carry + (time.perf_counter_ns() - self._moved_at)
 
     def advance(self, seconds: float) -> None:
+        shown = self.time_ns()
         self.time += seconds
         self._moved_at = time.perf_counter_ns()
+        self._carry = max(0, shown - int(self.time * 1e9)) if seconds >= 0 else 0
 
     def sleep(self, seconds: float) -> None:
         self.slept.append(seconds)

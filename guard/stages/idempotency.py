@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from guard.call import Call
 from guard.codes import Code, ReasonCode
+from guard.registry import ToolContext
 from guard.result import Advisory, Outcome, ToolResult
 from guard.stages.base import Env, digest, reject
 from guard.stores.base import ClaimState
 
 __all__ = ["IdempotencyStage", "approval_key", "proposal_key"]
+
+log = logging.getLogger(__name__)
 
 
 def proposal_key(session_id: str, tool: str, canonical: str) -> str:
@@ -68,6 +72,10 @@ class IdempotencyStage:
             call.claimed = True
             return None
         if claim.state is ClaimState.COMPLETED:
+            if spec.reconcile is not None and _unknown(claim.result):
+                return self._settle(call) or replayed(
+                    call, claim.result or "{}", codes=env.registry.codes
+                )
             return replayed(call, claim.result or "{}", codes=env.registry.codes)
         if claim.state is ClaimState.IN_FLIGHT:
             return reject(
@@ -76,12 +84,81 @@ class IdempotencyStage:
                 "An identical call is still running. Do not send it again; wait for its result.",
             )
         if claim.state is ClaimState.STALE:
+            if spec.reconcile is not None:
+                return self._settle_stale(call)
             return self._abandoned(call)
         return reject(
             call,
             Code.IDEMPOTENCY_CONFLICT,
             "This action was already recorded with different arguments. Do not retry it.",
         )
+
+    def _settle(self, call: Call) -> ToolResult | None:
+        """The earlier outcome was unknown: ask the tool's status check, and record what it says
+        as the key's result. Settled not applied, the call is not run again here: another repeat
+        may be settling it at the same moment, and only a claim may run a write."""
+        outcome = self._status(call)
+        if outcome is Outcome.UNKNOWN:
+            return None
+        return self._record(call, settled(call, outcome))
+
+    def _settle_stale(self, call: Call) -> ToolResult | None:
+        """An earlier attempt claimed the key and died. If the status check says it took effect,
+        that is the result; if it says it did not, the stale claim is taken (atomically: one
+        repeat wins) and the call runs; if it cannot tell, the outcome stays unknown."""
+        assert call.idempotency_key is not None and call.fingerprint is not None
+        outcome = self._status(call)
+        if outcome is Outcome.APPLIED:
+            return self._record(call, settled(call, outcome))
+        if outcome is Outcome.UNKNOWN:
+            return self._abandoned(call)
+        claim = self.env.idempotency.claim(
+            call.idempotency_key,
+            call.fingerprint,
+            now=call.now,
+            lease=self.env.policy.claim_lease,
+            take_stale=True,
+        )
+        if claim.state is ClaimState.CLAIMED:
+            call.claimed = True
+            return None
+        if claim.state is ClaimState.COMPLETED:
+            return replayed(call, claim.result or "{}", codes=self.env.registry.codes)
+        return reject(
+            call,
+            Code.IN_PROGRESS,
+            "An identical call is still running. Do not send it again; wait for its result.",
+        )
+
+    def _status(self, call: Call) -> Outcome:
+        """The tool's status check; a check that fails leaves the outcome unknown (logged)."""
+        assert call.spec is not None and call.spec.reconcile is not None
+        context = ToolContext(
+            principal=call.principal,
+            session_id=call.session_id,
+            call_id=call.call_id,
+            idempotency_key=call.idempotency_key,
+            attempt=0,
+            timeout=call.spec.timeout,
+            approval_id=call.approval.id if call.approval else None,
+            deps=self.env.deps,
+        )
+        try:
+            return Outcome(call.spec.reconcile(call.arguments, context))
+        except Exception:
+            log.exception("status check of %s failed", call.spec.name)
+            return Outcome.UNKNOWN
+
+    def _record(self, call: Call, result: ToolResult) -> ToolResult:
+        assert call.idempotency_key is not None and call.fingerprint is not None
+        self.env.idempotency.complete(
+            call.idempotency_key,
+            call.fingerprint,
+            stored(result),
+            now=call.now,
+            ttl=self.env.policy.idempotency_ttl,
+        )
+        return result
 
     def _abandoned(self, call: Call) -> ToolResult:
         """An earlier attempt claimed the key and died without a result, perhaps mid-write, and
@@ -106,6 +183,33 @@ class IdempotencyStage:
         return result
 
 
+def _unknown(text: str | None) -> bool:
+    return bool(text) and json.loads(text or "{}").get("outcome") == Outcome.UNKNOWN
+
+
+def settled(call: Call, outcome: Outcome) -> ToolResult:
+    """The answer once a status check has settled an unknown outcome: a replay, nothing run."""
+    if outcome is Outcome.APPLIED:
+        return ToolResult(
+            ok=True,
+            code=Code.OK,
+            message="An earlier attempt of this call took effect (its status check says so). "
+            "Nothing was done again.",
+            replayed=True,
+            outcome=Outcome.APPLIED,
+            call_id=call.call_id,
+            tool=call.tool,
+            idempotency_key=call.idempotency_key,
+        )
+    result = reject(
+        call,
+        Code.UPSTREAM_UNAVAILABLE,
+        "An earlier attempt of this call did not take effect (its status check says so). "
+        "Nothing was done; tell the user, and send it again only with a new request id.",
+    )
+    return replace(result, replayed=True)
+
+
 def stored(result: ToolResult) -> str:
     """The JSON kept for replay: what the model saw, and what happened."""
     return json.dumps(
@@ -126,13 +230,19 @@ def replayed(call: Call, text: str, *, codes: Mapping[str, ReasonCode]) -> ToolR
     """The stored result of a completed write, marked as a replay, with the warnings it carried.
 
     ``codes`` spells every code the registry knows; a warning under a code it no longer knows
-    is dropped (there is no code to give it)."""
+    is dropped (there is no code to give it). A proposal a human approved ran under its
+    approval's key: a repeat of the proposal names that key, the one the backend was sent, so
+    its status can be looked up by it."""
     saved = json.loads(text)
     warnings = tuple(
         Advisory(code=codes[item["code"]], message=item["message"])
         for item in saved.get("warnings", ())
         if item.get("code") in codes
     )
+    outcome = Outcome(saved.get("outcome", "applied"))
+    key = call.idempotency_key
+    if saved.get("approval_id") and outcome is not Outcome.NOT_APPLIED:
+        key = approval_key(saved["approval_id"])
     return ToolResult(
         ok=bool(saved.get("ok")),
         code=Code[saved.get("code", "OK")],  # names equal values (a test keeps it so)
@@ -140,10 +250,10 @@ def replayed(call: Call, text: str, *, codes: Mapping[str, ReasonCode]) -> ToolR
         + saved.get("message", ""),
         data=saved.get("data"),
         replayed=True,
-        outcome=Outcome(saved.get("outcome", "applied")),
+        outcome=outcome,
         call_id=call.call_id,
         tool=call.tool,
-        idempotency_key=call.idempotency_key,
+        idempotency_key=key,
         approval_id=saved.get("approval_id"),
         warnings=warnings,
     )

@@ -34,6 +34,18 @@ class TestReplay:
         assert again.data == done.data
         assert shop.backend.side_effects == 1
 
+    def test_a_repeat_of_an_approved_proposal_names_the_key_the_backend_got(
+        self, shop: ShopApp
+    ) -> None:
+        """The replay of an approved, executed proposal carries the approval's key, not the
+        proposal's: the key the handler sent the backend, so its status can be looked up by it."""
+        done = approved_refund(shop)
+        again = shop.session("s1", "CUS-1").execute("refund_order", refund_args())
+        assert again.replayed and again.ok
+        assert done.idempotency_key is not None and done.idempotency_key.startswith("a_")
+        assert again.idempotency_key == done.idempotency_key
+        assert shop.backend.side_effects == 1
+
     def test_approving_twice_replays(self, shop: ShopApp) -> None:
         """A second approval of the same action replays; the backend is not called again."""
         done = approved_refund(shop)
