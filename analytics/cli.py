@@ -111,7 +111,17 @@ def load_command(
     allow_unkeyed: bool,
     as_json: bool,
 ) -> None:
-    """Load span files (OTLP JSON lines, plain or gzip; files, directories) into the database."""
+    """Load span files (OTLP JSON lines, plain or gzip; files, directories) into the database.
+
+    \b
+    Examples:
+      callgate load callgate-trail/ --db callgate.duckdb
+      callgate load callgate-trail/ --db callgate.duckdb --follow --interval 1
+      CALLGATE_MASKING_KEY=... callgate load callgate-trail/ --verify
+
+    Exit codes: 0 loaded (a bad line is counted in load_errors, never fatal), 1 a file or the
+    database could not be read or --verify found a problem, 2 bad options.
+    """
     if check_chain and keep_following:
         raise click.UsageError("--verify checks files once, before loading: not with --follow")
     if allow_unkeyed and not check_chain:
@@ -359,6 +369,15 @@ def trace_command(
     """Rebuild a call from its trace id: stages, codes, timings, masked arguments, approvals.
 
     Any id may be given by an unambiguous prefix (``callgate trace 0a1b2c``).
+
+    \b
+    Examples:
+      callgate trace 3a936bb7 --db callgate.duckdb
+      callgate trace --session s-7-00049 --db callgate.duckdb
+      callgate trace --call-id call_1 --json
+
+    Exit codes: 0 shown, 1 nothing found, an ambiguous prefix or an unreadable database, 2 bad
+    options.
     """
     if sum(x is not None for x in (trace_id, session, call_id)) != 1:
         raise click.UsageError("give exactly one of TRACE_ID, --session or --call-id")
@@ -463,7 +482,15 @@ def export_command(
     masking_key_env: str,
     as_json: bool,
 ) -> None:
-    """Export the spans to Parquet (one directory per day), or calls as a replay scenario."""
+    """Export the spans to Parquet (one directory per day), or calls as a replay scenario.
+
+    \b
+    Examples:
+      callgate export --parquet parquet/ --db callgate.duckdb
+      callgate export --scenario regress.jsonl --code INVALID_ARGUMENTS --db callgate.duckdb
+
+    Exit codes: 0 written, 1 the database could not be read, 2 bad options.
+    """
     if (directory is None) == (scenario is None):
         raise click.UsageError("give one of --parquet DIR or --scenario FILE")
     key = os.environ.get(masking_key_env)

@@ -43,7 +43,15 @@ def code_rows(guard: Guard) -> list[dict[str, Any]]:
 @click.option("--domain", is_flag=True, help="Only the deployment's own codes.")
 @click.option("--json", "as_json", is_flag=True, help="JSON lines for machines.")
 def codes_command(app: str | None, domain: bool, as_json: bool) -> None:
-    """List the reason codes a guard can answer with: stage, fixable, phrase and advice."""
+    """List the reason codes a guard can answer with: stage, fixable, phrase and advice.
+
+    \b
+    Examples:
+      callgate codes
+      callgate codes --app examples.retail.app:build_retail --domain --json
+
+    Exit codes: 0 listed, 2 bad options or an --app that cannot be imported.
+    """
     try:
         factory = load_factory(app) if app else shop_target
         target = factory(ManualClock())

@@ -36,7 +36,16 @@ __all__ = ["replay"]
     help="Compare each call with its expected code; list the ones that changed, exit 1 if any did.",
 )
 def replay(scenario: TextIO, app: str | None, table: bool, check: bool) -> None:
-    """Run a scenario file of proposed calls (JSON lines) and print one result line per call."""
+    """Run a scenario file of proposed calls (JSON lines) and print one result line per call.
+
+    \b
+    Examples:
+      callgate replay examples/shop_scenario.jsonl --table
+      callgate replay regress.jsonl --check --app mybot.guard:build
+
+    Exit codes: 0 every line parsed (and, with --check, every call decided as expected), 1 --check
+    found calls decided differently, 2 malformed lines (each named and skipped) or bad options.
+    """
     try:
         factory = load_factory(app) if app else shop_target
     except ValueError as exc:

@@ -63,7 +63,17 @@ def dashboard(
     confirmation_ttl: float,
     alerts: Path | None,
 ) -> None:
-    """Serve the dashboard SREs watch: calls, rejections, recovery, confirmations, latency, traces."""
+    """Serve the dashboard SREs watch: calls, rejections, recovery, confirmations, latency, traces.
+
+    \b
+    Examples:
+      callgate dashboard --db callgate.duckdb
+      callgate dashboard --db callgate.duckdb --port 0 --alerts alerts.toml
+      callgate dashboard --clickhouse http://user:password@127.0.0.1:8123/otel
+
+    Exit codes: 0 stopped (Ctrl-C, SIGTERM), 1 a busy port, an unreadable database or rules
+    file, or the server failed, 2 bad options.
+    """
     if db is not None and clickhouse is not None:
         raise click.UsageError("give one of --db FILE or --clickhouse URL, not both")
     if clickhouse is None and db is None:

@@ -28,7 +28,14 @@ def verify_command(paths: tuple[str, ...], key_env: str, allow_unkeyed: bool) ->
 
     Reads the files `callgate load` would read from the same PATHs (a directory's *.json, *.jsonl
     and *.ndjson, plain or gzip; a file with its rotated siblings). With the key, every line must
-    carry a MAC made with it. Exit status: 0 when every chain is whole, 1 when a problem was found.
+    carry a MAC made with it.
+
+    \b
+    Examples:
+      CALLGATE_MASKING_KEY=... callgate verify callgate-trail/
+      callgate verify sidecar-spans/ --allow-unkeyed
+
+    Exit codes: 0 every chain is whole, 1 a problem was found (each named), 2 bad options.
     """
     key = env_chain_key(key_env)
     report = verify(paths, key=key, allow_unkeyed=allow_unkeyed)

@@ -80,7 +80,17 @@ def eval_command(
     repeat: int,
     max_steps: int,
 ) -> None:
-    """Score the calls of a labelled case file (JSON lines) against the guard's tools."""
+    """Score the calls of a labelled case file (JSON lines) against the guard's tools.
+
+    \b
+    Examples:
+      callgate eval cases.jsonl --db callgate.duckdb --name nightly
+      callgate eval cases.jsonl --model gpt-4.1-mini --base-url http://127.0.0.1:8000/v1
+      callgate eval cases.jsonl --baseline last.json --json > this.json
+
+    Exit codes: 0 every adversarial call was stopped and every line parsed, 1 an unauthorised
+    call got through (prevention below 100%), 2 malformed case lines (each named) or bad options.
+    """
     try:
         factory = load_factory(app) if app else shop_target
     except (ImportError, AttributeError, ValueError) as exc:
