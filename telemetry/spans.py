@@ -13,7 +13,6 @@ import json
 from typing import Any, TypeAlias
 
 from guard.call import Call, stage_outcome
-from guard.codes import Code
 from guard.result import ToolResult
 from telemetry import attributes as attr
 from telemetry.encoder import encode_shaped, encode_span
@@ -40,8 +39,6 @@ __all__ = [
     "call_attributes",
     "encode_call",
 ]
-
-_PENDING_CODES = frozenset({Code.CONFIRMATION_REQUIRED, Code.TAINTED_CONTEXT})
 
 
 def _masked_arguments(call: Call, masker: Masker) -> str | None:
@@ -277,7 +274,7 @@ def call_attributes(
             items.append((attr.APPROVAL_OUTCOME, call.decision))
             if call.approval.decided_by is not None:
                 items.append((attr.APPROVER, masker.principal(call.approval.decided_by)))
-        elif code in _PENDING_CODES:
+        elif result.needs_human:
             items.append((attr.APPROVAL_OUTCOME, "pending"))
     key = result.idempotency_key or call.idempotency_key
     if key is not None:

@@ -17,7 +17,6 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from guard.codes import Code
 from guard.errors import ConfigurationError
 from guard.pipeline import Guard, Session
 from guard.registry import Handler, ToolContext, ToolSpec
@@ -26,7 +25,6 @@ from guard.stages.idempotency import proposal_key
 from guard.stores.base import PendingAction
 
 __all__ = [
-    "HUMAN_CODES",
     "ToolOptions",
     "approval_for",
     "current_framework_context",
@@ -43,9 +41,6 @@ __all__ = [
 ToolOptions = Mapping[str, Mapping[str, Any]]
 """Per tool name, the ``guard.ToolSpec`` settings a framework's tool does not carry itself:
 ``effect``, ``risk``, ``scope``, ``check``, ``prerequisite``, ``result_model``, ``timeout``..."""
-
-HUMAN_CODES = frozenset({Code.CONFIRMATION_REQUIRED, Code.TAINTED_CONTEXT})
-"""Codes that wait for a human: the adapter hands them to the framework's human-in-the-loop."""
 
 framework_context: ContextVar[Any] = ContextVar("callgate_framework_context", default=None)
 """The framework's context object for the call the guard is running (a ``RunContext``, a

@@ -47,7 +47,6 @@ from opentelemetry import trace
 from pydantic import BaseModel
 
 from callgate.adapters._common import (
-    HUMAN_CODES,
     ToolOptions,
     fields_of,
     framework_context,
@@ -159,7 +158,7 @@ class GuardTool(BaseTool):
         return pending_for(self.guard, session, self.name, arguments)
 
     def _asks_human(self, result: ToolResult) -> PendingAction | None:
-        if not self.interrupts or result.code not in HUMAN_CODES or result.approval_id is None:
+        if not self.interrupts or not result.needs_human or result.approval_id is None:
             return None
         return self.guard.pending(result.approval_id)
 
@@ -183,7 +182,7 @@ class GuardTool(BaseTool):
 
 
 def _answer(result: ToolResult) -> str:
-    if result.ok or (result.code in HUMAN_CODES and result.approval_id is not None):
+    if result.ok or result.needs_human:
         return model_text(result)  # the pending result, when interrupts are off
     raise ToolException(model_text(result))
 

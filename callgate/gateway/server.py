@@ -44,8 +44,6 @@ Identity = Callable[[ServerRequestContext[Any, Any]], tuple[str, str]]
 ELICITATION_KEY = "callgate_approval"
 """The key of the approval question in an ``InputRequiredResult``."""
 
-_ASKS = frozenset({Code.CONFIRMATION_REQUIRED, Code.TAINTED_CONTEXT})
-
 _QUESTION: dict[str, Any] = {
     "type": "object",
     "properties": {
@@ -89,8 +87,8 @@ def build_server(
         )
         asked_already = params.request_state is not None  # the human cancelled: do not ask again
         if (
-            result.code not in _ASKS
-            or result.approval_id is None
+            not result.needs_human
+            or result.approval_id is None  # never, when it needs a human; for the type checker
             or asked_already
             or not _can_elicit(ctx)
         ):
