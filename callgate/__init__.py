@@ -14,9 +14,9 @@ here needs only the core install (``pip install callgate``).
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+import typing
 
-if TYPE_CHECKING:
+if typing.TYPE_CHECKING:
     from guard import (
         Code,
         DomainCode,
@@ -107,7 +107,7 @@ _HOME: dict[str, str] = {
 """Where each name lives: its root package is the full API around it."""
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> typing.Any:
     home = _HOME.get(name)
     if home is None:
         raise AttributeError(f"module 'callgate' has no attribute {name!r}")
