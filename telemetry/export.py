@@ -31,7 +31,8 @@ try:
 except ImportError as missing:  # pragma: no cover - exercised by tests/test_install.py
     raise ImportError(
         "OTLP export needs the OpenTelemetry SDK: pip install 'callgate[otlp]' "
-        f"(the trail and a host's own TracerProvider work without it; {missing})"
+        f"(the trail and a host's own TracerProvider work without it; {missing})",
+        name=missing.name,
     ) from missing
 
 from opentelemetry.context import Context
@@ -160,12 +161,16 @@ class PacedSpanProcessor(SpanProcessor):
 def _missing_grpc(missing: ImportError) -> ImportError:
     return ImportError(
         "OTLP over gRPC needs its exporter: pip install 'callgate[otlp-grpc]' "
-        f"(or use OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf; {missing})"
+        f"(or use OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf; {missing})",
+        name=missing.name,
     )
 
 
 def _missing_http(missing: ImportError) -> ImportError:
-    return ImportError(f"OTLP export needs its exporter: pip install 'callgate[otlp]' ({missing})")
+    return ImportError(
+        f"OTLP export needs its exporter: pip install 'callgate[otlp]' ({missing})",
+        name=missing.name,
+    )
 
 
 def otlp_span_exporter(endpoint: str | None, protocol: str, timeout: float | None) -> SpanExporter:

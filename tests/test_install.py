@@ -224,3 +224,17 @@ class TestExtras:
             done = run(venv, "callgate", command, "--help", cwd=tmp_path)
             assert done.returncode == 0, done.stderr
             assert f"Usage: callgate {command}" in done.stdout
+
+    def test_demo_extra_runs_the_demo(self, wheel: Path, tmp_path: Path) -> None:
+        """`make demo`'s install ([demo] alone) runs the demo end to end over OTLP to a sidecar."""
+        venv = fresh_venv(tmp_path / "venv")
+        install(venv, f"callgate[demo] @ {wheel.as_uri()}")
+        assert not installed(venv) & {"pytest", "mypy", "ruff", "playwright", "hypothesis"}
+        out = tmp_path / "run"
+        done = run(
+            venv, "callgate", "demo", "--no-dashboard", "--otlp", "--sessions", "20",
+            "--out", str(out), cwd=tmp_path,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert "20 sessions" in done.stdout and "callgate trace" in done.stdout
+        assert (out / "callgate.duckdb").is_file()
