@@ -10,7 +10,8 @@ COPY telemetry ./telemetry
 COPY analytics ./analytics
 COPY dashboards ./dashboards
 COPY callgate ./callgate
-RUN pip install . "clickhouse-connect>=0.7"
+# the dashboard over ClickHouse and the demo's traffic over OTLP/gRPC to the collector
+RUN pip install ".[demo,clickhouse,otlp-grpc]"
 
 RUN useradd --create-home --uid 10001 callgate
 USER callgate

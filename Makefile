@@ -1,7 +1,10 @@
-# The project's two commands: `make demo` and `make test`. Everything they need is installed here.
+# The project's two commands: `make demo` and `make test`. Each installs what it runs, into .venv:
+# `make demo` the [demo] extra (guard, trail, sidecar, DuckDB, dashboard; no test tools),
+# `make test` the [dev] extra (every layer and the test tools).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+DEMO_STAMP := $(VENV)/.installed-demo
 STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint typecheck bench clean system-deps
@@ -10,9 +13,13 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
+$(DEMO_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e '.[demo]'
+	touch $(DEMO_STAMP)
+
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[dev]'
-	touch $(STAMP)
+	touch $(STAMP) $(DEMO_STAMP)
 
 # Debian packages the tests drive for real: the dashboard's browser test runs Debian's Chromium
 # headless through Playwright (no browser download); the Redis stores run against a real
@@ -29,7 +36,7 @@ system-deps:
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
 
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(BIN)/callgate demo
 
 test: $(STAMP) system-deps

@@ -55,6 +55,11 @@ class Dialect:
     """The function that turns an array into rows in a select list."""
     value: Callable[[Any], Any]
     """Convert a Python parameter value for the driver."""
+    eval_runs: str | None = None
+    """The evaluation runs table (:mod:`analytics.evals`), or None where the engine keeps none
+    (ClickHouse: ``callgate eval --db`` writes them to a DuckDB file)."""
+    eval_cases: str | None = None
+    """The evaluation case-runs table, beside ``eval_runs``."""
 
 
 def _duckdb_value(value: Any) -> Any:
@@ -93,5 +98,7 @@ DUCKDB = Dialect(
     arg_max="arg_max",
     unnest="unnest",
     value=_duckdb_value,
+    eval_runs="eval_runs",
+    eval_cases="eval_cases",
 )
 """DuckDB over the ``spans`` table and the ``calls`` and ``stages`` relations."""

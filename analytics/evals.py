@@ -15,7 +15,7 @@ from typing import Any
 
 import duckdb
 
-from .query import Source
+from .query import Backend, Source, backend_of
 
 __all__ = [
     "EVAL_CASES_TABLE",
@@ -158,28 +158,30 @@ class EvalRun:
 
 def eval_runs(source: Source, *, limit: int = 200) -> list[EvalRun]:
     """The stored runs in the order they started (at most the newest ``limit``); [] without tables."""
-    con = _evals_db(source)
-    if con is None:
+    b = backend_of(source)
+    d = b.dialect
+    if not _has_evals(b):
         return []
-    rows = con.execute(
+    rows = b.fetch(
         f"""SELECT * FROM (
                 SELECT run_id, name, started_at, model, tools_hash, cases, runs, passed_runs,
                        {", ".join(EVAL_RATES)}
-                FROM eval_runs ORDER BY started_at DESC, run_id DESC LIMIT $limit
-            ) ORDER BY started_at, run_id""",
+                FROM {d.eval_runs} ORDER BY started_at DESC, run_id DESC
+                LIMIT {d.param("limit", "int")}
+            ) AS newest ORDER BY started_at, run_id""",
         {"limit": limit},
-    ).fetchall()
+    )
     return [
         EvalRun(
-            run_id=row[0],
-            name=row[1],
-            started_at=row[2],
-            model=row[3],
-            tools_hash=row[4],
-            cases=row[5],
-            runs=row[6],
-            passed_runs=row[7],
-            rates=dict(zip(EVAL_RATES, row[8:], strict=True)),
+            run_id=row["run_id"],
+            name=row["name"],
+            started_at=row["started_at"],
+            model=row["model"],
+            tools_hash=row["tools_hash"],
+            cases=row["cases"],
+            runs=row["runs"],
+            passed_runs=row["passed_runs"],
+            rates={rate: row[rate] for rate in EVAL_RATES},
         )
         for row in rows
     ]
@@ -200,51 +202,59 @@ def case_changes(source: Source, before: str, after: str) -> list[CaseChange]:
     Each run's cases are first reduced to a pass rate (passing repeats / repeats); a full outer
     join on the case id then keeps the cases whose rates differ, including cases only one run has.
     """
-    con = _evals_db(source)
-    if con is None:
+    b = backend_of(source)
+    d = b.dialect
+    if not _has_evals(b):
         return []
-    rows = con.execute(
-        """
+    run_before, run_after = d.param("before", "string"), d.param("after", "string")
+    rows = b.fetch(
+        f"""
         WITH rate AS (
-            SELECT run_id, case_id, avg(passed::INTEGER) AS passed
-            FROM eval_cases WHERE run_id IN ($before, $after) GROUP BY run_id, case_id
-        ), a AS (SELECT * FROM rate WHERE run_id = $before),
-           b AS (SELECT * FROM rate WHERE run_id = $after)
-        SELECT coalesce(a.case_id, b.case_id) AS case_id, a.passed, b.passed
+            SELECT run_id, case_id, avg(CAST(passed AS INTEGER)) AS passed
+            FROM {d.eval_cases} WHERE run_id IN ({run_before}, {run_after})
+            GROUP BY run_id, case_id
+        ), a AS (SELECT * FROM rate WHERE run_id = {run_before}),
+           b AS (SELECT * FROM rate WHERE run_id = {run_after})
+        SELECT coalesce(a.case_id, b.case_id) AS case_id, a.passed AS before, b.passed AS after
         FROM a FULL OUTER JOIN b ON a.case_id = b.case_id
         WHERE a.passed IS DISTINCT FROM b.passed
         ORDER BY case_id
         """,
         {"before": before, "after": after},
-    ).fetchall()
-    return [CaseChange(case_id=r[0], before=r[1], after=r[2]) for r in rows]
+    )
+    return [CaseChange(case_id=r["case_id"], before=r["before"], after=r["after"]) for r in rows]
 
 
 def case_rows(source: Source, run_id: str) -> Sequence[dict[str, Any]]:
     """Every case run of ``run_id`` with its verdict detail, by case id and repeat."""
-    con = _evals_db(source)
-    if con is None:
+    b = backend_of(source)
+    d = b.dialect
+    if not _has_evals(b):
         return []
-    rows = con.execute(
-        "SELECT case_id, repeat, passed, adversarial, detail FROM eval_cases "
-        "WHERE run_id = $run ORDER BY case_id, repeat",
+    rows = b.fetch(
+        f"SELECT case_id, repeat, passed, adversarial, detail FROM {d.eval_cases} "
+        f"WHERE run_id = {d.param('run', 'string')} ORDER BY case_id, repeat",
         {"run": run_id},
-    ).fetchall()
+    )
     return [
-        {"case_id": r[0], "repeat": r[1], "passed": r[2], "adversarial": r[3]} | json.loads(r[4])
-        for r in rows
+        {key: row[key] for key in ("case_id", "repeat", "passed", "adversarial")}
+        | json.loads(row["detail"])
+        for row in rows
     ]
 
 
-def _evals_db(source: Source) -> duckdb.DuckDBPyConnection | None:
-    """The DuckDB connection holding eval tables, or None (ClickHouse, or no run stored yet).
+def _has_evals(backend: Backend) -> bool:
+    """True when the backend's engine keeps evaluation runs and this database holds some.
 
     Evaluation runs live in the DuckDB file ``callgate eval --db`` wrote; a ClickHouse deployment
-    keeps its spans there and its evaluations in such a file.
+    keeps its spans there and its evaluations in such a file (its dialect has no eval tables).
     """
-    if not isinstance(source, duckdb.DuckDBPyConnection):
-        return None
-    found = source.execute(
-        "SELECT count(*) FROM information_schema.tables WHERE table_name = 'eval_runs'"
-    ).fetchone()
-    return source if found and found[0] else None
+    table = backend.dialect.eval_runs
+    if table is None:
+        return False
+    found = backend.fetch(
+        "SELECT count(*) AS n FROM information_schema.tables "
+        f"WHERE table_name = {backend.dialect.param('table', 'string')}",
+        {"table": table},
+    )
+    return bool(found and found[0]["n"])

@@ -18,8 +18,6 @@ import sqlite3
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any
 
 import click
 
@@ -30,36 +28,14 @@ from guard.approval_view import (
     visible,
     visible_json,
 )
-from guard.stores import (
-    ApprovalState,
-    ApprovalStore,
-    CounterStore,
-    IdempotencyStore,
-    PendingAction,
-    open_sqlite_stores,
-)
+from guard.stores import ApprovalState, PendingAction, Stores, open_sqlite_stores
 
-__all__ = ["OpenStores", "approvals", "list_actions", "open_stores"]
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class OpenStores:
-    """The three guard stores on one SQLite file or Redis server, and how to list approvals."""
-
-    spec: str
-    idempotency: IdempotencyStore
-    approvals: ApprovalStore
-    counters: CounterStore
-    closer: Any
-    """The ``SQLiteStores`` or ``RedisStores`` bundle, closed by ``close``."""
-
-    def close(self) -> None:
-        self.closer.close()
+__all__ = ["approvals", "list_actions", "open_stores"]
 
 
 def open_stores(
     spec: str, *, retention: float = 7 * 86_400.0, allow_writable_file: bool = False
-) -> OpenStores:
+) -> Stores:
     """Open the stores named by ``spec``: ``redis://...`` or a SQLite file path.
 
     A SQLite file is created 0600; one the group or others may write is refused
@@ -67,27 +43,11 @@ def open_stores(
     if spec.startswith(("redis://", "rediss://", "unix://")):
         from guard.stores.redis import open_redis_stores
 
-        redis_stores = open_redis_stores(spec, retention=retention)
-        return OpenStores(
-            spec=spec,
-            idempotency=redis_stores.idempotency,
-            approvals=redis_stores.approvals,
-            counters=redis_stores.counters,
-            closer=redis_stores,
-        )
-    sqlite_stores = open_sqlite_stores(
-        spec, retention=retention, allow_writable_file=allow_writable_file
-    )
-    return OpenStores(
-        spec=spec,
-        idempotency=sqlite_stores.idempotency,
-        approvals=sqlite_stores.approvals,
-        counters=sqlite_stores.counters,
-        closer=sqlite_stores,
-    )
+        return open_redis_stores(spec, retention=retention)
+    return open_sqlite_stores(spec, retention=retention, allow_writable_file=allow_writable_file)
 
 
-def list_actions(stores: OpenStores, *, state: ApprovalState | None = None) -> list[PendingAction]:
+def list_actions(stores: Stores, *, state: ApprovalState | None = None) -> list[PendingAction]:
     """Every approval the store holds (optionally in one state), newest first."""
     actions = [a for i in stores.approvals.ids() if (a := stores.approvals.get(i)) is not None]
     if state is not None:
@@ -96,7 +56,7 @@ def list_actions(stores: OpenStores, *, state: ApprovalState | None = None) -> l
 
 
 @contextmanager
-def _opened(store: str | None, allow_writable: bool) -> Iterator[OpenStores]:
+def _opened(store: str | None, allow_writable: bool) -> Iterator[Stores]:
     spec = store or os.environ.get("CALLGATE_STORE")
     if not spec:
         raise click.UsageError("name the store: --store PATH_OR_REDIS_URL (or CALLGATE_STORE)")

@@ -14,14 +14,12 @@ from dataclasses import dataclass, field
 
 from callgate.personas import PERSONAS, Decision, Persona, Proposal, Script
 from guard import Clock, Code, Observer, RateLimit, ReasonCode, Session, ToolResult
-from guard.codes import HUMAN_GATES
 from guard.shop import Order, ShopApp, build_shop, shop_policy
 from guard.testing import ManualClock
 
 __all__ = ["Fleet", "Tally"]
 
 LOOP_GUARDS = frozenset({Code.LOOP_DETECTED, Code.STEP_LIMIT, Code.VALIDATION_BUDGET_EXHAUSTED})
-ASKS_HUMAN = HUMAN_GATES
 DAY = 86_400.0
 
 
@@ -35,6 +33,8 @@ class Answer:
     replayed: bool
     resumed: bool
     approval_id: str | None
+    needs_human: bool
+    """``ToolResult.needs_human``: a human must decide ``approval_id``."""
     at: float
 
 
@@ -57,7 +57,7 @@ class Tally:
 
     def confirmations(self) -> Counter[str]:
         """required, then each approval's end: executed, refused on re-check, denied, expired, pending."""
-        asked = {o.approval_id for o in self.outcomes if o.code in ASKS_HUMAN and not o.resumed}
+        asked = {o.approval_id for o in self.outcomes if o.needs_human and not o.resumed}
         ends: dict[str, str] = {}
         for o in self.outcomes:
             if (
@@ -199,7 +199,7 @@ def _propose(
     call_id = f"call_{tally.sessions}_{len(tally.outcomes)}"
     result = session.execute(proposal.tool, proposal.arguments, call_id=call_id)
     _record(tally, clock, session.id, result, False)
-    if result.code in ASKS_HUMAN and result.approval_id is not None and not result.replayed:
+    if result.needs_human and result.approval_id is not None:
         expires_at = float((result.data or {}).get("expires_at", 0.0))
         result = (
             _decide(
@@ -254,6 +254,7 @@ def _record(
             replayed=result.replayed,
             resumed=resumed,
             approval_id=result.approval_id,
+            needs_human=result.needs_human,
             at=clock.now(),
         )
     )

@@ -41,8 +41,6 @@ __all__ = [
     "encode_call",
 ]
 
-_PENDING_CODES = HUMAN_GATES
-
 
 def _masked_arguments(call: Call, masker: Masker) -> str | None:
     """The arguments as the span shows them: validated if possible, else whatever arrived, masked."""
@@ -283,10 +281,10 @@ def call_attributes(
                     (attr.APPROVAL_DECIDED_AT, float(decided_at)),
                     (attr.APPROVAL_WAIT_MS, (decided_at - call.approval.created_at) * 1000.0),
                 ]
-        elif code in _PENDING_CODES:
+        elif result.needs_human:
             items.append((attr.APPROVAL_OUTCOME, "pending"))
         reason = call.approval.reason if call.approval is not None else code
-        if reason in _PENDING_CODES:
+        if reason in HUMAN_GATES:
             items.append((attr.APPROVAL_REASON, str(reason)))
     hit = call.provenance
     if hit is not None:

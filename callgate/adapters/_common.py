@@ -18,7 +18,6 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from guard.approval_view import approval_question
-from guard.codes import HUMAN_GATES
 from guard.errors import ConfigurationError
 from guard.pipeline import Guard, Session
 from guard.registry import Handler, ToolContext, ToolSpec
@@ -27,7 +26,6 @@ from guard.stages.idempotency import proposal_key
 from guard.stores.base import PendingAction
 
 __all__ = [
-    "HUMAN_CODES",
     "ToolOptions",
     "approval_request",
     "current_framework_context",
@@ -45,9 +43,6 @@ __all__ = [
 ToolOptions = Mapping[str, Mapping[str, Any]]
 """Per tool name, the ``guard.ToolSpec`` settings a framework's tool does not carry itself:
 ``effect``, ``risk``, ``scope``, ``check``, ``prerequisite``, ``result_model``, ``timeout``..."""
-
-HUMAN_CODES = HUMAN_GATES
-"""Codes that wait for a human: the adapter hands them to the framework's human-in-the-loop."""
 
 framework_context: ContextVar[Any] = ContextVar("callgate_framework_context", default=None)
 """The framework's context object for the call the guard is running (a ``RunContext``, a

@@ -50,7 +50,6 @@ from opentelemetry import trace
 from pydantic import BaseModel
 
 from callgate.adapters._common import (
-    HUMAN_CODES,
     ToolOptions,
     approval_request,
     fields_of,
@@ -191,7 +190,7 @@ class GuardTool(BaseTool):
         return approved, earlier.id, by
 
     def _asks_human(self, result: ToolResult) -> PendingAction | None:
-        if not self.interrupts or result.code not in HUMAN_CODES or result.approval_id is None:
+        if not self.interrupts or not result.needs_human or result.approval_id is None:
             return None
         return self.guard.pending(result.approval_id)
 
@@ -212,7 +211,7 @@ class GuardTool(BaseTool):
 
 
 def _answer(result: ToolResult) -> str:
-    if result.ok or (result.code in HUMAN_CODES and result.approval_id is not None):
+    if result.ok or result.needs_human:
         return model_text(result)  # the pending result, when interrupts are off
     raise ToolException(model_text(result))
 

@@ -53,7 +53,6 @@ from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
 from callgate.adapters._common import (
-    HUMAN_CODES,
     ToolOptions,
     framework_context,
     function_spec,
@@ -132,7 +131,7 @@ class GuardTools:
         session = self.session_of(wrapper)
         with agents_trace_context():
             result = await session.aexecute(name, params, call_id=call_id)
-        if result.code in HUMAN_CODES and result.approval_id is not None:
+        if result.needs_human and result.approval_id is not None:
             return True
         if len(self._early) >= _MAX_EARLY:  # runs that stopped before invoking: keep it bounded
             self._early.clear()

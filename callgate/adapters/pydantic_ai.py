@@ -52,7 +52,6 @@ from pydantic_ai.toolsets import AbstractToolset, FunctionToolset, ToolsetTool
 from pydantic_core import SchemaValidator, core_schema
 
 from callgate.adapters._common import (
-    HUMAN_CODES,
     ToolOptions,
     approval_request,
     framework_context,
@@ -182,7 +181,7 @@ def _definition(spec: ToolSpec) -> ToolDefinition:
 def _answer(guard: Guard, result: ToolResult) -> Any:
     if result.ok:
         return result.for_model()
-    if result.code in HUMAN_CODES and result.approval_id is not None:
+    if result.needs_human and result.approval_id is not None:
         action = guard.pending(result.approval_id)
         raise ApprovalRequired(
             metadata={

@@ -130,7 +130,7 @@ async def _pin(config: Any, wanted: tuple[str, ...], by: str) -> list[str]:
     from callgate.gateway.upstream import Upstream
 
     opened = open_stores(config.store)
-    pins = open_pin_store(opened.spec, getattr(opened.closer, "client", None))
+    pins = open_pin_store(config.store, getattr(opened, "client", None))
     done: list[str] = []
     known: set[str] = set()
     try:

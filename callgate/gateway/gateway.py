@@ -36,16 +36,7 @@ from guard import (
     ToolResult,
     ToolSpec,
 )
-from guard.stores import (
-    ApprovalState,
-    ApprovalStore,
-    CounterStore,
-    IdempotencyStore,
-    MemoryApprovalStore,
-    MemoryCounterStore,
-    MemoryIdempotencyStore,
-    PendingAction,
-)
+from guard.stores import ApprovalState, PendingAction, Stores
 
 __all__ = ["Gateway", "GatewayError", "Stores"]
 
@@ -54,23 +45,6 @@ log = logging.getLogger("callgate.gateway")
 
 class GatewayError(RuntimeError):
     """The gateway cannot start as configured; the message names the tool or upstream and why."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Stores:
-    """The guard's stores the gateway shares with ``callgate approvals``."""
-
-    idempotency: IdempotencyStore
-    approvals: ApprovalStore
-    counters: CounterStore
-
-    @classmethod
-    def memory(cls) -> Stores:
-        return cls(
-            idempotency=MemoryIdempotencyStore(),
-            approvals=MemoryApprovalStore(),
-            counters=MemoryCounterStore(),
-        )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -12,13 +12,13 @@ import anyio
 from mcp.server.context import ServerRequestContext
 from mcp.server.stdio import stdio_server
 
-from callgate.approvals import OpenStores, list_actions, open_stores
+from callgate.approvals import list_actions, open_stores
 from callgate.gateway.config import GatewayConfig
-from callgate.gateway.gateway import Gateway, Stores
+from callgate.gateway.gateway import Gateway
 from callgate.gateway.pins import open_pin_store
 from callgate.gateway.server import build_server
 from guard import Observer
-from guard.stores import ApprovalState
+from guard.stores import ApprovalState, Stores
 from telemetry.auth import BearerAuth, BearerTokens, is_loopback
 
 __all__ = ["running", "serve_http", "serve_stdio"]
@@ -31,14 +31,11 @@ async def running(
     config: GatewayConfig, *, observer: Observer | None = None
 ) -> AsyncIterator[Gateway]:
     """A started gateway (upstreams connected, pins checked, approvals watched) until the block ends."""
-    opened: OpenStores | None = open_stores(config.store) if config.store else None
+    opened: Stores | None = open_stores(config.store) if config.store else None
     try:
         if opened is not None:
-            stores = Stores(
-                idempotency=opened.idempotency, approvals=opened.approvals, counters=opened.counters
-            )
-            redis_client = getattr(opened.closer, "client", None)
-            pins = open_pin_store(opened.spec, redis_client)
+            stores = opened
+            pins = open_pin_store(config.store, getattr(opened, "client", None))
         else:
             stores, pins = Stores.memory(), open_pin_store(None)
         gateway = Gateway(config, stores=stores, pins=pins, observer=observer)

@@ -30,7 +30,6 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from callgate.gateway.gateway import Gateway
 from guard import ToolResult
 from guard.approval_view import approval_question
-from guard.codes import HUMAN_GATES
 from guard.providers.mcp import render_mcp
 from guard.stores import PendingAction
 
@@ -43,8 +42,6 @@ Identity = Callable[[ServerRequestContext[Any, Any]], tuple[str, str]]
 
 ELICITATION_KEY = "callgate_approval"
 """The key of the approval question in an ``InputRequiredResult``."""
-
-_ASKS = HUMAN_GATES
 
 _QUESTION: dict[str, Any] = {
     "type": "object",
@@ -89,8 +86,8 @@ def build_server(
         )
         asked_already = params.request_state is not None  # the human cancelled: do not ask again
         if (
-            result.code not in _ASKS
-            or result.approval_id is None
+            not result.needs_human
+            or result.approval_id is None  # never, when it needs a human; for the type checker
             or asked_already
             or not _can_elicit(ctx)
         ):

@@ -14,6 +14,7 @@ from guard.stores.base import (
     PendingAction,
     StoreFull,
 )
+from guard.stores.bundle import Stores
 from guard.stores.memory import MemoryApprovalStore, MemoryCounterStore, MemoryIdempotencyStore
 from guard.stores.sqlite import (
     SQLiteApprovalStore,
@@ -39,5 +40,6 @@ __all__ = [
     "SQLiteIdempotencyStore",
     "SQLiteStores",
     "StoreFull",
+    "Stores",
     "open_sqlite_stores",
 ]

@@ -31,8 +31,7 @@ import json
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any
 
 from guard.errors import ConfigurationError
 from guard.stores import _redis_lua as lua
@@ -47,6 +46,7 @@ from guard.stores.base import (
     IdempotencyStore,
     PendingAction,
 )
+from guard.stores.bundle import Stores
 
 try:
     import redis
@@ -322,12 +322,9 @@ class RedisCounterStore(_RedisStore):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class RedisStores:
+class RedisStores(Stores):
     """The three Redis stores on one client; ``close`` closes the client only if it was opened here."""
 
-    idempotency: RedisIdempotencyStore
-    approvals: RedisApprovalStore
-    counters: RedisCounterStore
     client: redis.Redis
     owns_client: bool
     """True when ``open_redis_stores`` made the client from a URL, so closing it is ours to do."""
@@ -336,17 +333,6 @@ class RedisStores:
         """Close the client and its connection pool, if this object opened them."""
         if self.owns_client:
             self.client.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 def open_redis_stores(

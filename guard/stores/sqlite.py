@@ -19,8 +19,7 @@ import json
 import os
 import sqlite3
 from dataclasses import dataclass
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any
 
 from guard.stores._rules import CLAIMED, claim_deadline, claim_outcome, decision
 from guard.stores._sqlite_base import SQLiteStoreBase, Synchronous
@@ -33,6 +32,7 @@ from guard.stores.base import (
     IdempotencyStore,
     PendingAction,
 )
+from guard.stores.bundle import Stores
 
 __all__ = [
     "APPROVALS_DDL",
@@ -386,29 +386,14 @@ class SQLiteCounterStore(SQLiteStoreBase):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class SQLiteStores:
+class SQLiteStores(Stores):
     """The three SQLite stores on one file, closed together."""
 
-    idempotency: SQLiteIdempotencyStore
-    approvals: SQLiteApprovalStore
-    counters: SQLiteCounterStore
-
     def close(self) -> None:
-        """Close all three stores."""
-        self.idempotency.close()
-        self.approvals.close()
-        self.counters.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
+        """Close all three stores' connections."""
+        for store in (self.idempotency, self.approvals, self.counters):
+            assert isinstance(store, SQLiteStoreBase)
+            store.close()
 
 
 def open_sqlite_stores(

@@ -64,7 +64,8 @@ class TestCompose:
         """The compose commands name callgate subcommands and options that exist."""
         argv = load(COMPOSE)["services"][service]["command"]
         assert argv[0] == "callgate"
-        command = main.commands[argv[1]]
+        command = main.get_command(click.Context(main), argv[1])
+        assert command is not None, argv
         options = {
             opt for param in command.params if isinstance(param, click.Option) for opt in param.opts
         }
@@ -72,11 +73,12 @@ class TestCompose:
         assert used <= options, used - options
 
     def test_dockerfile_ships_every_package(self) -> None:
-        """The image copies every import package and installs the project."""
+        """The image copies every import package and installs the project with the extras its
+        services run: the demo, the dashboard over ClickHouse, OTLP over gRPC."""
         text = (ROOT / "Dockerfile").read_text()
         for package in ("guard", "telemetry", "analytics", "dashboards", "callgate"):
             assert f"COPY {package} ./{package}" in text
-        assert "pip install ." in text and "USER callgate" in text
+        assert 'pip install ".[demo,clickhouse,otlp-grpc]"' in text and "USER callgate" in text
 
 
 class TestCollectorConfig:

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
 from guard.codes import Code
 from telemetry import attributes, configure
+from telemetry.export import PacedSpanProcessor
 
 from .conftest import KEY, make_call
 
@@ -103,7 +106,9 @@ class TestMetrics:
             for scope in resource.scope_metrics
             for metric in scope.metrics
         }
-        assert {"callgate.calls", "callgate.stage.duration", "callgate.call.duration"} <= set(metrics)
+        assert {"callgate.calls", "callgate.stage.duration", "callgate.call.duration"} <= set(
+            metrics
+        )
         assert "callgate.telemetry.dropped_spans" in metrics
         calls = {
             (point.attributes["gen_ai.tool.name"], point.attributes["guard.code"]): point.value
@@ -153,7 +158,53 @@ class TestEnvironment:
         """CALLGATE_MASKING_KEY keys the hashes, so two processes with one key correlate."""
         monkeypatch.setenv("CALLGATE_MASKING_KEY", KEY.decode())
         handle = configure(trail=False)
-        assert handle.masker.principal("CUS-1") == configure(trail=False, masking_key=KEY).masker.principal(
-            "CUS-1"
-        )
+        assert handle.masker.principal("CUS-1") == configure(
+            trail=False, masking_key=KEY
+        ).masker.principal("CUS-1")
         handle.shutdown()
+
+
+class BlockedExporter(InMemorySpanExporter):
+    """An exporter that holds every batch until the test opens the gate."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self.gate.wait(timeout=30)
+        return super().export(spans)
+
+
+class TestPacedSpanProcessor:
+    """Drops are decided and counted by callgate through public SDK hooks, exactly."""
+
+    def test_a_stalled_exporter_drops_exactly_what_did_not_fit(self) -> None:
+        """With 4 spans unexported and no wait allowed, the other 6 are dropped and counted."""
+        exporter = BlockedExporter()
+        processor = PacedSpanProcessor(
+            exporter, max_queue_size=4, max_export_batch_size=2, max_wait=0
+        )
+        provider = TracerProvider()
+        provider.add_span_processor(processor)
+        tracer = provider.get_tracer("test")
+        for i in range(10):
+            tracer.start_span(f"s{i}").end()
+        exporter.gate.set()
+        provider.shutdown()
+        assert processor.dropped == 6
+        assert processor.exporter.exported == 4 and processor.lost == 6
+        assert [s.name for s in exporter.get_finished_spans()] == ["s0", "s1", "s2", "s3"]
+
+    def test_a_live_exporter_loses_nothing_to_a_small_queue(self) -> None:
+        """A burst of 2,000 spans through a queue of 8 is paced, not dropped."""
+        exporter = InMemorySpanExporter()
+        processor = PacedSpanProcessor(exporter, max_queue_size=8, max_export_batch_size=4)
+        provider = TracerProvider()
+        provider.add_span_processor(processor)
+        tracer = provider.get_tracer("test")
+        for i in range(2_000):
+            tracer.start_span(f"s{i}").end()
+        provider.shutdown()
+        assert processor.dropped == 0 and processor.exporter.failed == 0
+        assert len(exporter.get_finished_spans()) == 2_000

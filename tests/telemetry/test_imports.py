@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -45,10 +46,21 @@ class TestContractAlone:
         assert loaded_after(statement) == []
 
     def test_the_probe_sees_heavy_imports(self) -> None:
-        """The check can fail: `telemetry.configure` does load the SDK and the guard."""
+        """The check can fail: `telemetry.configure` loads the guard, OTLP export the SDK."""
         loaded = loaded_after("import telemetry\ntelemetry.configure")
-        assert "opentelemetry.sdk" in loaded
         assert any(name.startswith("guard") for name in loaded)
+        assert "opentelemetry.sdk" not in loaded  # the trail needs no SDK
+        assert "opentelemetry.sdk" in loaded_after("import telemetry.export")
+
+    def test_the_trail_needs_no_sdk(self, tmp_path: Path) -> None:
+        """Configuring and writing the trail loads neither the SDK, nor grpc, nor protobuf."""
+        statement = (
+            "import telemetry\n"
+            f"handle = telemetry.configure(trail_dir={str(tmp_path)!r}, masking_key=b'k' * 32)\n"
+            "handle.shutdown()"
+        )
+        loaded = loaded_after(statement)
+        assert [name for name in loaded if not name.startswith("guard")] == []
 
     def test_encoding_a_record_needs_no_guard(self) -> None:
         """A span record encodes to an OTLP line without the guard or the SDK."""
