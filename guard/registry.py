@@ -15,6 +15,7 @@ from enum import IntEnum, StrEnum
 from typing import Any, Generic, TypeAlias
 
 from pydantic import BaseModel
+from pydantic_core import to_jsonable_python
 from typing_extensions import TypeVar
 
 from guard.codes import DomainCode, ReasonCode, code_table
@@ -273,6 +274,11 @@ class ToolSpec:
         object.__setattr__(self, "_serializer", self.arguments.__pydantic_serializer__)
         if self.result_model is not None:  # validated straight into dicts where it can be
             object.__setattr__(self, "_result_view", ResultView(self.result_model))
+        # A result model with from_attributes reads the handler's objects (ORM rows) itself.
+        reads_attributes = bool(
+            self.result_model and self.result_model.model_config.get("from_attributes")
+        )
+        object.__setattr__(self, "_reads_attributes", reads_attributes)
         object.__setattr__(self, "is_async", inspect.iscoroutinefunction(self.handler))
         object.__setattr__(self, "is_write", self.effect is Effect.WRITE)
         object.__setattr__(self, "_schema", self.arguments.model_json_schema())
@@ -315,9 +321,17 @@ class ToolSpec:
         return text.decode()
 
     def visible(self, output: Any) -> dict[str, Any] | None:
-        """What the model may see of a handler's output: the result model's fields, nothing else."""
+        """What the model may see of a handler's output: the result model's fields, nothing else.
+
+        Every shape pydantic can dump (models, dataclasses, lists, tuples, sets, dicts holding
+        them, dates, enums, decimals, UUIDs) is converted to JSON values once, here, so storing,
+        replaying, scanning and rendering the result all see plain JSON. Raises pydantic's
+        ``ValidationError`` when the output does not fit the result model, and
+        ``PydanticSerializationError`` or ``ValueError`` when it is not JSON-able at all."""
         if isinstance(output, BaseModel):
             output = output.model_dump(mode="json")
+        elif self.result_model is None or not self._reads_attributes:  # type: ignore[attr-defined]
+            output = to_jsonable_python(output, inf_nan_mode="null")
         if self.result_model is None:
             if output is None or isinstance(output, dict):
                 return output

@@ -17,13 +17,18 @@ from guard.result import Outcome, ToolResult
 from guard.stages.base import Env, reject
 from guard.stages.idempotency import stored
 from guard.stages.policy import taint_key
-from guard.stages.rules import remember, seen_key
+from guard.stages.rules import refuse_undeclared, remember, seen_key
 
-__all__ = ["ExecuteStage"]
+__all__ = ["APPLIED_UNSHOWN", "ExecuteStage"]
 
 log = logging.getLogger("guard")
 
 _INTERNAL = "Something went wrong on our side. Do not retry; tell the user and offer a human agent."
+APPLIED_UNSHOWN = (
+    "The action was done, but its result could not be shown because of a fault on our side. "
+    "Do not retry it; tell the user it was done and offer a human agent for the details."
+)
+"""The message of a write that took effect and then failed on its way back (converting, storing)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -61,6 +66,7 @@ class ExecuteStage:
                     return after
                 await waiter.sleep(self.env.clock, after)
                 continue
+            call.returned = True  # from here on the write took effect, whatever fails next
             return self._succeeded(call, output)
 
     def _reserve(self, call: Call) -> ToolResult | None:
@@ -105,9 +111,12 @@ class ExecuteStage:
         """The result that ends the call, or the seconds to wait before the next attempt."""
         spec = call.spec
         assert spec is not None
-        if isinstance(error, RuleViolation):
+        if isinstance(error, RuleViolation):  # the backend refused: nothing happened
             self._release(call)
-            return reject(call, error.code, error.message, data=error.data)
+            if (undeclared := refuse_undeclared(call, self.env, error.code)) is not None:
+                return undeclared
+            call.problems = error.problems
+            return reject(call, error.code, error.message, data=error.data, fixable=error.fixable)
         timed_out = isinstance(error, TimeoutError)
         if not (timed_out or isinstance(error, TransientError | ConnectionError)):
             log.error("tool %s raised", spec.name, exc_info=error)
@@ -155,9 +164,16 @@ class ExecuteStage:
         assert spec is not None and call.arguments is not None
         try:
             data = spec.visible(output)
-        except ValidationError:
-            log.exception("tool %s returned a result its result model rejects", spec.name)
-            return reject(call, Code.INTERNAL_ERROR, _INTERNAL, outcome=Outcome.APPLIED)
+        except Exception as error:  # the result model rejects it, or it is not JSON-able at all
+            why = "its result model rejects" if isinstance(error, ValidationError) else "not JSON"
+            log.exception("tool %s returned a result it cannot show (%s)", spec.name, why)
+            # The pipeline keeps the claim with this result: a repeat replays it, never reruns.
+            return reject(
+                call,
+                Code.INTERNAL_ERROR,
+                APPLIED_UNSHOWN if spec.is_write else _INTERNAL,
+                outcome=Outcome.APPLIED,
+            )
         result = ToolResult(
             ok=True,
             code=Code.OK,

@@ -8,15 +8,30 @@ from dataclasses import dataclass
 from guard.call import Call
 from guard.codes import Code
 from guard.result import Outcome, ToolResult
+from guard.session import Principal
 from guard.stages.base import Env, digest, reject
 from guard.stores.base import ClaimState
 
-__all__ = ["IdempotencyStage", "approval_key", "proposal_key"]
+__all__ = ["IdempotencyStage", "actor", "approval_key", "proposal_key"]
 
 
-def proposal_key(session_id: str, tool: str, canonical: str) -> str:
-    """The key of a proposed write: session, tool and canonical validated arguments."""
-    return "k_" + digest(session_id, tool, canonical)
+def actor(principal: Principal, session_id: str) -> str:
+    """Whose write it is, for its key: the authenticated principal, else the session.
+
+    Not the session alone: session ids are per process or connection (a stdio gateway draws one
+    at start), so a host restarted after a crash would propose the same write under a new key and
+    run it a second time. The principal is what the host authenticates and outlives a restart;
+    with the tool and the canonical arguments it names one logical action, from whichever
+    process or conversation it comes. Anonymous principals share an id, so their writes stay
+    keyed by session: one stranger's write must never replay into another's conversation."""
+    if principal.authenticated:
+        return "principal:" + principal.id
+    return "session:" + session_id
+
+
+def proposal_key(actor: str, tool: str, canonical: str) -> str:
+    """The key of a proposed write: its ``actor``, tool and canonical validated arguments."""
+    return "k_" + digest(actor, tool, canonical)
 
 
 def approval_key(approval_id: str) -> str:
@@ -53,9 +68,9 @@ class IdempotencyStage:
         elif spec.idempotency_field is not None:
             assert call.arguments is not None
             request_id = str(getattr(call.arguments, spec.idempotency_field))
-            call.idempotency_key = proposal_key(call.session_id, spec.name, "id:" + request_id)
+            call.idempotency_key = proposal_key(actor(call.principal, call.session_id), spec.name, "id:" + request_id)
         else:
-            call.idempotency_key = proposal_key(call.session_id, spec.name, call.canonical)
+            call.idempotency_key = proposal_key(actor(call.principal, call.session_id), spec.name, call.canonical)
         claim = env.idempotency.claim(
             call.idempotency_key,
             call.fingerprint,
