@@ -225,10 +225,11 @@ def _backoff(base: float, cap: float, attempt: int, jitter: bool) -> float:
 
 
 def _texts(data: Any) -> list[str]:
+    """Every string of a JSON result, keys included: outside text can hide in either."""
     if isinstance(data, str):
         return [data]
     if isinstance(data, dict):
-        return [text for value in data.values() for text in _texts(value)]
+        return [text for key, value in data.items() for text in (key, *_texts(value))]
     if isinstance(data, list):
         return [text for value in data for text in _texts(value)]
     return []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 
 from guard.call import Call
@@ -13,6 +14,8 @@ from guard.stages.base import Env, digest, reject
 from guard.stores.base import ClaimState
 
 __all__ = ["IdempotencyStage", "actor", "approval_key", "proposal_key"]
+
+log = logging.getLogger("guard")
 
 
 def actor(principal: Principal, session_id: str) -> str:
@@ -68,9 +71,13 @@ class IdempotencyStage:
         elif spec.idempotency_field is not None:
             assert call.arguments is not None
             request_id = str(getattr(call.arguments, spec.idempotency_field))
-            call.idempotency_key = proposal_key(actor(call.principal, call.session_id), spec.name, "id:" + request_id)
+            call.idempotency_key = proposal_key(
+                actor(call.principal, call.session_id), spec.name, "id:" + request_id
+            )
         else:
-            call.idempotency_key = proposal_key(actor(call.principal, call.session_id), spec.name, call.canonical)
+            call.idempotency_key = proposal_key(
+                actor(call.principal, call.session_id), spec.name, call.canonical
+            )
         claim = env.idempotency.claim(
             call.idempotency_key,
             call.fingerprint,
@@ -110,13 +117,16 @@ class IdempotencyStage:
             f"have happened (key {call.idempotency_key}). Do not retry it; check its status first.",
             outcome=Outcome.UNKNOWN,
         )
-        self.env.idempotency.complete(
-            call.idempotency_key,
-            call.fingerprint,
-            stored(result),
-            now=call.now,
-            ttl=self.env.policy.idempotency_ttl,
-        )
+        try:
+            self.env.idempotency.complete(
+                call.idempotency_key,
+                call.fingerprint,
+                stored(result),
+                now=call.now,
+                ttl=self.env.policy.idempotency_ttl,
+            )
+        except Exception:  # the stale claim stays: the next repeat is told the same
+            log.exception("recording the unknown outcome of %s failed", call.idempotency_key)
         return result
 
 
