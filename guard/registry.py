@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
 from typing import Any, Generic, TypeAlias
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 from pydantic_core import to_jsonable_python
 from typing_extensions import TypeVar
 
@@ -330,13 +330,18 @@ class ToolSpec:
         ``PydanticSerializationError`` or ``ValueError`` when it is not JSON-able at all."""
         if isinstance(output, BaseModel):
             output = output.model_dump(mode="json")
-        elif self.result_model is None or not self._reads_attributes:  # type: ignore[attr-defined]
-            output = to_jsonable_python(output, inf_nan_mode="null")
         if self.result_model is None:
+            output = to_jsonable_python(output, inf_nan_mode="null")
             if output is None or isinstance(output, dict):
                 return output
             return {"value": output}
-        data: dict[str, Any] = self._result_view(output)  # type: ignore[attr-defined]
+        view = self._result_view  # type: ignore[attr-defined]
+        try:  # as given first: the fields it drops may hold anything (a client, a raw response)
+            data: dict[str, Any] = view(output)
+        except ValidationError:
+            if self._reads_attributes:  # type: ignore[attr-defined]
+                raise
+            data = view(to_jsonable_python(output, inf_nan_mode="null"))
         return data
 
     @property

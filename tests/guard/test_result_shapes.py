@@ -270,6 +270,51 @@ class TestEveryShape:
         assert effects == ["a"]
 
 
+class Receipt(BaseModel):
+    """A result model: what the model may see of a payment."""
+
+    model_config = ConfigDict(extra="ignore")
+    item: Holder
+    paid_on: str
+    amounts: list[str]
+
+
+class TestResultModels:
+    def test_what_the_result_model_drops_may_hold_anything(self) -> None:
+        """A field the view drops holds an object no one can dump: the view's fields pass."""
+        value = {"item": {"content": 1}, "paid_on": "2026-01-02", "amounts": [], "raw": object()}
+        guard, effects = shape_guard(value, result_model=Receipt)
+        result = guard.session("s1", USER).execute("save", '{"text": "a"}')
+        assert (
+            result.ok
+            and effects == ["a"]
+            and result.data
+            == {
+                "item": {"content": 1},
+                "paid_on": "2026-01-02",
+                "amounts": [],
+            }
+        )
+
+    def test_shapes_the_view_reads_only_as_json_are_converted_first(self) -> None:
+        """Another model class, a date for a text field, decimals in a tuple: converted, then
+        filtered; one side effect for three proposals."""
+        value = {
+            "item": Box(label="x", content=Colour.RED),
+            "paid_on": date(2026, 1, 2),
+            "amounts": (Decimal("1.10"), Decimal("2")),
+        }
+        guard, effects = shape_guard(value, result_model=Receipt)
+        session = guard.session("s1", USER)
+        results = [session.execute("save", '{"text": "a"}') for _ in range(3)]
+        assert results[0].data == {
+            "item": {"content": "red"},
+            "paid_on": "2026-01-02",
+            "amounts": ["1.10", "2"],
+        }
+        assert effects == ["a"] and all(r.data == results[0].data for r in results)
+
+
 class TestWhatCannotBeConverted:
     @settings(max_examples=50, suppress_health_check=[HealthCheck.too_slow])
     @given(value=UNCONVERTIBLE)
