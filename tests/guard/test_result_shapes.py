@@ -110,7 +110,8 @@ SHAPES = st.recursive(
     lambda children: st.one_of(
         st.lists(children, max_size=4),
         st.lists(children, max_size=4).map(tuple),
-        st.dictionaries(st.text(max_size=6), children, max_size=4),
+        st.dictionaries(st.text(max_size=6) | st.integers(-9, 9), children, max_size=4),
+        st.frozensets(st.integers() | st.text(max_size=4), max_size=4),
         st.builds(Holder, content=children),
         st.builds(Box, label=st.text(max_size=6), content=children),
     ),
