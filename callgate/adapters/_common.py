@@ -22,7 +22,7 @@ from guard.errors import ConfigurationError
 from guard.pipeline import Guard, Session
 from guard.registry import Handler, ToolContext, ToolSpec
 from guard.result import ToolResult
-from guard.stages.idempotency import actor, proposal_key
+from guard.stages.idempotency import proposal_key
 from guard.stores.base import PendingAction
 
 __all__ = [
@@ -136,7 +136,7 @@ def handler_for(call: Callable[[BaseModel], Any], *, is_async: bool) -> Handler:
 def pending_for(guard: Guard, session: Session, tool: str, arguments: Any) -> PendingAction | None:
     """The action of ``session`` waiting for a human for exactly this call, if any.
 
-    Found by the proposal key the confirm stage filed it under (actor, tool, canonical validated
+    Found by the proposal key the confirm stage filed it under (session, tool, canonical validated
     arguments), so a host can resume a run in another process without carrying the id along.
     """
     spec = guard.registry.get(tool)
@@ -147,7 +147,7 @@ def pending_for(guard: Guard, session: Session, tool: str, arguments: Any) -> Pe
         canonical = spec.canonical(spec.validate(parsed))
     except ValueError:  # not JSON, or not valid: nothing can be pending for it
         return None
-    key = proposal_key(actor(session.principal, session.id), spec.name, canonical)
+    key = proposal_key(session.id, spec.name, canonical)
     action: PendingAction | None = guard.env.approvals.find_pending(key, now=guard.env.clock.now())
     return action
 

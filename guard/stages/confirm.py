@@ -9,7 +9,7 @@ from guard.call import Call
 from guard.codes import Code
 from guard.result import ToolResult
 from guard.stages.base import Env, reject
-from guard.stages.idempotency import actor, proposal_key
+from guard.stages.idempotency import proposal_key
 from guard.stores.base import ApprovalState, PendingAction
 
 __all__ = ["ConfirmStage"]
@@ -45,7 +45,7 @@ class ConfirmStage:
         if call.shadowed:  # shadow mode asks nobody: the would-be decision is recorded, no approval
             return reject(call, reason, f"{_ASK[reason]} (shadow mode: not enforced)")
         now, approvals = call.now, self.env.approvals
-        key = proposal_key(actor(call.principal, call.session_id), spec.name, call.canonical)
+        key = proposal_key(call.session_id, spec.name, call.canonical)
         action = approvals.find_pending(key, now=now) or self._create(call, key, reason, now)
         return reject(
             call,

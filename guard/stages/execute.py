@@ -15,7 +15,7 @@ from guard.errors import RuleViolation, TransientError
 from guard.registry import ToolContext
 from guard.result import Outcome, ToolResult
 from guard.stages.base import Env, reject
-from guard.stages.idempotency import stored
+from guard.stages.idempotency import lock_of, stored
 from guard.stages.policy import taint_key
 from guard.stages.rules import refuse_undeclared, remember, seen_key
 
@@ -145,19 +145,37 @@ class ExecuteStage:
                 log.exception("observer failed on retry_scheduled")
             return delay
         if call.maybe_applied:
-            return reject(
+            unknown = reject(
                 call,
                 Code.TIMEOUT,
                 f"No answer in time: the action may or may not have happened (key "
                 f"{call.idempotency_key}). Do not retry it; check its status first.",
                 outcome=Outcome.UNKNOWN,
             )
+            if spec.idempotent_backend:
+                self._keep_unknown(call, unknown)
+            return unknown
         self._release(call)
         return reject(
             call,
             Code.UPSTREAM_UNAVAILABLE,
             "The service is unavailable right now. Nothing was done; tell the user to try later.",
         )
+
+    def _keep_unknown(self, call: Call, result: ToolResult) -> None:
+        """A backend that deduplicates gets its claim released (this session may retry under the
+        same key), but the actor's lock keeps the unknown outcome: another session would retry
+        under another key, which the backend cannot match to this attempt."""
+        try:
+            self.env.idempotency.complete(
+                lock_of(call),
+                call.fingerprint or "",
+                stored(result),
+                now=self.env.clock.now(),
+                ttl=self.env.policy.idempotency_ttl,
+            )
+        except Exception:  # the lock stays in flight and goes stale: others get TIMEOUT anyway
+            log.exception("recording the unknown outcome of %s failed", call.idempotency_key)
 
     def _succeeded(self, call: Call, output: Any) -> ToolResult:
         spec, env = call.spec, self.env

@@ -208,12 +208,13 @@ class TestEveryShape:
     @settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
     @given(value=SHAPES)
     def test_a_write_returning_any_shape_runs_once(self, value: Any) -> None:
-        """Three proposals (two sessions of one user): one side effect, the same JSON data each
-        time, replayed after the first, and every renderer gives JSON that parses."""
+        """Three proposals in one conversation: one side effect, the same JSON data each time,
+        replayed after the first, and every renderer gives JSON that parses. (Another
+        conversation runs its own: replays are per session.)"""
         guard, effects = shape_guard(value)
         results = [
             guard.session(session, USER).execute("save", '{"text": "a"}')
-            for session in ("s1", "s1", "s2")
+            for session in ("s1", "s1", "s1")
         ]
         assert effects == ["a"]
         first = results[0]
@@ -324,7 +325,7 @@ class TestWhatCannotBeConverted:
         guard, effects = shape_guard(value)
         results = [
             guard.session(session, USER).execute("save", '{"text": "a"}')
-            for session in ("s1", "s1", "s2")
+            for session in ("s1", "s1", "s1")
         ]
         assert effects == ["a"]
         assert [(r.code, r.outcome) for r in results] == [("INTERNAL_ERROR", "applied")] * 3
@@ -412,19 +413,22 @@ class TestFaultsAfterTheHandler:
     def test_a_fault_after_the_write_never_runs_it_again(
         self, fault: tuple[str, type[Any]], dedupes: bool
     ) -> None:
-        """Storing, marking or observing fails after the write: the outcome is applied and every
-        repeat (another session too) is a replay; one side effect."""
+        """Storing, marking or observing fails after the write: the outcome is applied, every
+        repeat in the conversation is a replay (one side effect), and the actor's lock was
+        settled: another conversation runs its own write at once, not IN_PROGRESS."""
         port, failing = fault
         guard, effects = shape_guard(
             {"saved": True}, idempotent_backend=dedupes, **{port: failing()}
         )
         results = [
             guard.session(session, USER).execute("save", '{"text": "a"}')
-            for session in ("s1", "s1", "s2")
+            for session in ("s1", "s1", "s1")
         ]
         assert effects == ["a"]
         assert all(result.outcome == "applied" for result in results)
         assert all(result.replayed for result in results[1:])
+        other = guard.session("s2", USER).execute("save", '{"text": "a"}')
+        assert other.outcome == "applied" and not other.replayed and effects == ["a", "a"]
 
     @pytest.mark.parametrize("dedupes", [True, False], ids=["dedupes", "no-dedupe"])
     def test_a_store_that_cannot_record_leaves_the_claim_in_flight(self, dedupes: bool) -> None:

@@ -55,7 +55,7 @@ class TestReplay:
         canonical = (
             '{"order_id":"ORD-1001","amount_cents":2590,"currency":"BRL","reason":"damaged"}'
         )
-        key = proposal_key("principal:CUS-1", "refund_order", canonical)
+        key = proposal_key("s1", "refund_order", canonical)
         from guard.stages.base import digest
 
         fingerprint = digest("refund_order", canonical)

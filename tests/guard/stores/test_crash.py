@@ -176,8 +176,8 @@ class TestKilledMidWrite:
 
 class TestRestartedHost:
     """The host itself restarts (a stdio gateway, a worker pool): new processes, new session
-    ids. The key is the user's (``guard.stages.idempotency.actor``), so the claim of the killed
-    process still holds the call."""
+    ids. The in-flight lock is the user's (``guard.stages.idempotency.actor``), so the lock of the
+    killed process still holds the call."""
 
     def test_a_new_process_with_a_new_session_never_runs_the_write_again(
         self, where: str, tmp_path: Path
@@ -200,8 +200,9 @@ class TestRestartedHost:
     def test_a_backend_that_dedupes_gets_the_same_key_from_the_new_process(
         self, where: str, tmp_path: Path
     ) -> None:
-        """The stale claim is taken over under the killed attempt's key, so the backend sees
-        one payment; a later process replays the result."""
+        """The stale lock is taken over under the killed attempt's key, so the backend sees one
+        payment; once that write completed, a later conversation is a new one and runs its own
+        (replays are per session), under a key of its own."""
         effects = tmp_path / "payments.log"
         killed_mid_write(where, effects, dedupes=True)
         late = START + POLICY.claim_lease + 1
@@ -209,8 +210,9 @@ class TestRestartedHost:
         assert retried[0] == "OK"
         keys = [line.split()[1] for line in payments(effects)]
         assert len(keys) == 2 and set(keys) == {retried[2]}
-        replay = in_new_process(where, effects, dedupes=True, now=late + 60)
-        assert replay[0] == "OK" and replay[3] is True and len(payments(effects)) == 2
+        later = in_new_process(where, effects, dedupes=True, now=late + 60)
+        assert later[0] == "OK" and later[3] is False and later[2] != retried[2]
+        assert len(payments(effects)) == 3
 
 
 class TestActors:
@@ -228,15 +230,19 @@ class TestActors:
         assert first.idempotency_key != second.idempotency_key
         assert len(payments(effects)) == 2
 
-    def test_one_user_is_one_actor_across_sessions(self, tmp_path: Path) -> None:
-        """An identified user's same write from another session is a replay, not a second run."""
+    def test_a_completed_write_is_not_replayed_into_another_conversation(
+        self, tmp_path: Path
+    ) -> None:
+        """Replays are the conversation's: the same user's same write from another session,
+        after the first completed, runs under a key of its own; a repeat in either replays."""
         effects = tmp_path / "payments.log"
         guard, _ = payment_guard(
             str(tmp_path / "g.db"), effects, dedupes=False, hang=False, now=START
         )
         first = guard.session("s1", USER).execute("pay", ARGS)
         second = guard.session("s2", USER).execute("pay", ARGS)
-        assert first.ok and second.replayed and first.idempotency_key == second.idempotency_key
-        other = guard.session("s3", Principal(id="OPS-2", role="ops")).execute("pay", ARGS)
-        assert other.ok and not other.replayed
+        assert first.ok and second.ok and not second.replayed
+        assert first.idempotency_key != second.idempotency_key
+        assert guard.session("s1", USER).execute("pay", ARGS).replayed
+        assert guard.session("s2", USER).execute("pay", ARGS).replayed
         assert len(payments(effects)) == 2
