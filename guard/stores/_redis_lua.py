@@ -89,7 +89,7 @@ end
 
 # KEYS[1] record; ARGV fingerprint, result, now, expires_at (= now + ttl), ttl_ms, the unprefixed
 # key. An upsert: a claimed key keeps its claimed_at, a new one gets now. The lock it holds keeps
-# an unknown outcome (``_rules.outcome_unknown``, read with cjson) and is deleted on a known one.
+# an unknown outcome (``_rules.outcome_unknown``: the mark, then cjson) and is deleted on a known one.
 COMPLETE = (
     _HELD
     + """
@@ -98,7 +98,10 @@ redis.call('HSETNX', KEYS[1], 'claimed_at', ARGV[3])
 redis.call('PEXPIRE', KEYS[1], ARGV[5])
 local lock = held(6)
 if lock then
-    local ok, saved = pcall(cjson.decode, ARGV[2])
+    local ok, saved = false, nil
+    if string.find(ARGV[2], '"outcome":"unknown"', 1, true) then
+        ok, saved = pcall(cjson.decode, ARGV[2])
+    end
     if ok and type(saved) == 'table' and saved['outcome'] == 'unknown' then
         redis.call('HSET', lock, 'result', ARGV[2], 'expires_at', ARGV[4])
         redis.call('PEXPIRE', lock, ARGV[5])

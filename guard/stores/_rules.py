@@ -19,6 +19,7 @@ __all__ = [
     "CONFLICT",
     "IN_FLIGHT",
     "STALE",
+    "UNKNOWN_MARK",
     "approval_purge_at",
     "claim_deadline",
     "claim_outcome",
@@ -101,9 +102,16 @@ def lock_outcome(
     return Claim(state=outcome.state, result=outcome.result, holder=holder)
 
 
+UNKNOWN_MARK = '"outcome":"unknown"'
+"""How a stored result (``guard.stages.idempotency.stored``: compact JSON) spells an unknown
+outcome. Only a result holding it is parsed, so settling a lock costs a substring search."""
+
+
 def outcome_unknown(result: str) -> bool:
-    """Whether a stored result (``guard.stages.idempotency.stored``) says the write's fate is
-    unknown: then the lock its key holds keeps it, else the lock is released."""
+    """Whether a stored result says the write's fate is unknown: then the lock its key holds
+    keeps it, else the lock is released."""
+    if UNKNOWN_MARK not in result:  # the data may hold the mark too: only parsing can tell
+        return False
     try:
         saved = json.loads(result)
     except ValueError:

@@ -31,6 +31,7 @@ from guard import (
     TransientError,
     tool,
 )
+from guard.stages.base import digest
 from guard.stages.idempotency import actor, lock_key
 from guard.stores import (
     IdempotencyStore,
@@ -290,6 +291,4 @@ class TestTheActorLock:
 
 
 def _fingerprint() -> str:
-    from guard.stages.base import digest
-
     return digest("pay", CANONICAL)

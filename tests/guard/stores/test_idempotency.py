@@ -7,6 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from guard.codes import Code
+from guard.result import Outcome, ToolResult
+from guard.stages.idempotency import stored
 from guard.stores import (
     Claim,
     ClaimState,
@@ -14,7 +17,7 @@ from guard.stores import (
     MemoryIdempotencyStore,
     SQLiteIdempotencyStore,
 )
-from guard.stores._rules import ABANDONED_RETENTION
+from guard.stores._rules import ABANDONED_RETENTION, UNKNOWN_MARK, outcome_unknown
 from guard.stores.redis import RedisIdempotencyStore
 from tests.guard.stores.threads import run_together
 
@@ -300,3 +303,17 @@ class TestLock:
         assert len(claimed) == 1
         holders = {a.holder for a in answers if a.state is not ClaimState.CLAIMED}
         assert len(holders) == 1 and holders != {None}
+
+    def test_a_known_outcome_whose_data_says_unknown_still_releases(
+        self, store: IdempotencyStore
+    ) -> None:
+        """The lock reads the result's own outcome, not a value in its data that spells it."""
+        locked(store, "k1", now=0.0)
+        tricky = '{"ok":true,"data":{"outcome":"unknown"},"outcome":"applied"}'
+        store.complete("k1", "f", tricky, now=1.0, ttl=TTL)
+        assert locked(store, "k2", now=2.0).state is ClaimState.CLAIMED
+
+    def test_the_guard_spells_unknown_as_the_stores_read_it(self) -> None:
+        """``stored`` of an unknown result carries the mark the stores look for first."""
+        result = ToolResult(ok=False, code=Code.TIMEOUT, message="m", outcome=Outcome.UNKNOWN)
+        assert UNKNOWN_MARK in stored(result) and outcome_unknown(stored(result))
