@@ -11,11 +11,13 @@ Every backend: memory, a SQLite file, a real redis-server. Side effects counted 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict
 
 from guard import (
@@ -32,7 +34,7 @@ from guard import (
     tool,
 )
 from guard.stages.base import digest
-from guard.stages.idempotency import actor, lock_key
+from guard.stages.idempotency import actor, lock_key, proposal_key
 from guard.stores import (
     IdempotencyStore,
     MemoryApprovalStore,
@@ -40,6 +42,7 @@ from guard.stores import (
     MemoryIdempotencyStore,
     open_sqlite_stores,
 )
+from guard.stores._rules import ABANDONED_RETENTION
 from guard.stores.redis import open_redis_stores
 from guard.testing import ManualClock
 
@@ -175,6 +178,7 @@ class TestReplaysArePerConversation:
         approving A's runs once, B's stays pending."""
         pending_a = world.session("A").execute("transfer", ARGS)
         pending_b = world.session("B").execute("transfer", ARGS)
+        assert pending_a.code == pending_b.code == "CONFIRMATION_REQUIRED"  # no lock held
         assert pending_a.approval_id != pending_b.approval_id
         assert world.guard.approve(pending_a.approval_id or "", by="human").ok
         assert len(world.paid) == 1
@@ -272,6 +276,12 @@ class TestTheActorLock:
         deduping.clock.advance(lease + 1)
         retried = deduping.session("B").execute("pay", ARGS)
         assert retried.ok and retried.idempotency_key == dead and deduping.paid == [dead]
+        third = deduping.session("C").execute("pay", ARGS)
+        assert (
+            third.ok
+            and deduping.paid == [dead, third.idempotency_key]
+            and third.idempotency_key != dead
+        )
 
     def test_a_write_not_applied_frees_the_lock(self, world: World) -> None:
         """UPSTREAM_UNAVAILABLE (nothing happened) releases the lock: B runs at once."""
@@ -280,15 +290,112 @@ class TestTheActorLock:
         assert first.code == "UPSTREAM_UNAVAILABLE" and world.paid == []
         assert world.session("B").execute("pay", ARGS).ok and len(world.paid) == 1
 
-    def test_a_refused_proposal_holds_nothing(self, world: World) -> None:
-        """A proposal waiting for a human holds no lock: B's identical proposal is asked too,
-        and A's approved write then runs."""
-        pending_a = world.session("A").execute("transfer", ARGS)
-        pending_b = world.session("B").execute("transfer", ARGS)
-        assert pending_a.code == pending_b.code == "CONFIRMATION_REQUIRED"
-        assert world.guard.approve(pending_a.approval_id or "", by="human").ok
-        assert len(world.paid) == 1
-
 
 def _fingerprint() -> str:
     return digest("pay", CANONICAL)
+
+
+SESSIONS = ("A", "B", "C")
+STEPS = st.lists(
+    st.one_of(
+        st.tuples(st.sampled_from(["ok", "timeout", "down", "crash"]), st.sampled_from(SESSIONS)),
+        st.tuples(st.just("wait"), st.sampled_from([1.0, POLICY.claim_lease + 1, 86_401.0])),
+    ),
+    max_size=14,
+)
+
+
+@dataclass
+class Expected:
+    """What the two scopes promise, as a model: each session's own results, the actor's lock."""
+
+    own: dict[str, tuple[str, float]] = field(default_factory=dict)
+    """session -> ("applied" | "unknown", replayed until) or ("in_flight", claimed at)."""
+    lock: tuple[str, float] | None = None
+    """("unknown", replayed until) or ("in_flight", claimed at)."""
+    holder: str = ""
+    """The session whose attempt holds the lock."""
+
+    def alive(self, entry: tuple[str, float] | None, now: float) -> tuple[str, float] | None:
+        """The entry unless expired: a result after its ttl, a dead claim after its retention."""
+        if entry is None:
+            return None
+        if entry[0] == "in_flight":
+            until = entry[1] + POLICY.claim_lease + ABANDONED_RETENTION
+        else:
+            until = entry[1]
+        return entry if until >= now else None
+
+    def answer(self, session: str, now: float) -> str:
+        """The code class a proposal gets without running, or "run"; updates the model."""
+        lease = POLICY.claim_lease
+        own = self.alive(self.own.get(session), now)
+        if own is not None and own[0] != "in_flight":
+            return "replay"
+        if own is not None:  # this session's own dead attempt
+            if own[1] + lease >= now:
+                return "IN_PROGRESS"
+            self.own[session] = self.lock = ("unknown", now + POLICY.idempotency_ttl)
+            return "TIMEOUT"
+        lock = self.alive(self.lock, now)
+        if lock is None:
+            return "run"
+        if lock[0] == "unknown":
+            return "replay"
+        if lock[1] + lease >= now:
+            return "IN_PROGRESS"
+        # Recorded under the dead attempt's key too: its own session replays it as well.
+        self.lock = self.own[self.holder] = ("unknown", now + POLICY.idempotency_ttl)
+        return "TIMEOUT"
+
+
+class TestAnyInterleaving:
+    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(steps=STEPS)
+    def test_sessions_of_one_user_follow_the_two_scopes(self, steps: list[tuple[Any, Any]]) -> None:
+        """Any mix of completed, timed-out, failed and crashed writes from three sessions of one
+        user, with time passing: each proposal runs exactly when the model says (no replay into
+        another conversation; nothing runs while the actor's lock is live, stale or unknown)."""
+        world = build(
+            MemoryIdempotencyStore(), MemoryApprovalStore(), MemoryCounterStore(), dedupes=False
+        )
+        expected = Expected()
+        for kind, arg in steps:
+            now = world.clock.now()
+            if kind == "wait":
+                world.clock.advance(arg)
+                continue
+            before = len(world.paid)
+            if kind == "crash":  # a process that claimed, applied and died: only if it could run
+                if replace(expected, own=dict(expected.own)).answer(arg, now) == "run":
+                    key = proposal_key(arg, "pay", CANONICAL)
+                    lock = lock_key(actor(USER, arg), "pay", CANONICAL)
+                    claim = world.idempotency.claim(
+                        key, _fingerprint(), now=now, lease=POLICY.claim_lease, lock=lock
+                    )
+                    assert claim.state == "claimed"
+                    world.paid.append(key)
+                    expected.own[arg] = expected.lock = ("in_flight", now)
+                    expected.holder = arg
+                continue
+            answer = expected.answer(arg, now)
+            if kind == "timeout":
+                world.fail[:] = [TimeoutError("lost")]
+            elif kind == "down":
+                world.fail[:] = [TransientError("down"), TransientError("down")]
+            result = world.session(arg).execute("pay", ARGS)
+            world.fail.clear()
+            ran = len(world.paid) - before
+            if answer == "run":
+                assert ran == (0 if kind == "down" else 1), (kind, arg, result)
+                if kind == "ok":
+                    expected.own[arg] = ("applied", now + POLICY.idempotency_ttl)
+                elif kind == "timeout":
+                    expected.own[arg] = ("unknown", now + POLICY.idempotency_ttl)
+                    expected.lock, expected.holder = expected.own[arg], arg
+                continue
+            assert ran == 0, (kind, arg, answer, result)
+            if answer == "replay":
+                assert result.replayed, (arg, result)
+            else:
+                assert result.code == answer and not result.replayed, (arg, answer, result)
