@@ -120,12 +120,15 @@ class ExecuteStage:
         timed_out = isinstance(error, TimeoutError)
         if not (timed_out or isinstance(error, TransientError | ConnectionError)):
             log.error("tool %s raised", spec.name, exc_info=error)
-            return reject(
+            failed = reject(
                 call,
                 Code.INTERNAL_ERROR,
                 _INTERNAL,
                 outcome=Outcome.UNKNOWN if spec.is_write else Outcome.NOT_APPLIED,
             )
+            if spec.is_write and spec.idempotent_backend:
+                self._keep_unknown(call, failed)
+            return failed
         call.maybe_applied |= timed_out and spec.is_write
         may_retry = not (call.maybe_applied and not spec.idempotent_backend)
         if may_retry and call.attempts < spec.retry.attempts:
