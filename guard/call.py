@@ -103,6 +103,9 @@ class Call:
     """Daily-limit shares to take at execute, and give back if nothing happened."""
     maybe_applied: bool = False
     """An attempt timed out after the request was sent: a write may have taken effect."""
+    returned: bool = False
+    """The handler returned: a write took effect. Whatever fails after (converting, storing,
+    observing) reports it applied, and its claim is kept with the result, never released."""
     problems: tuple[Problem, ...] = ()
     attempts: int = 0
     retries: tuple[RetryRecord, ...] = ()

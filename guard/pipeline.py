@@ -20,7 +20,8 @@ from guard.result import Outcome, ToolResult
 from guard.session import Principal
 from guard.stages import Env, Stage, default_chain, reject
 from guard.stages.confirm import seal_key, sealed
-from guard.stages.idempotency import stored
+from guard.stages.execute import APPLIED_UNSHOWN
+from guard.stages.idempotency import lock_of, stored
 from guard.stores.base import (
     ApprovalState,
     ApprovalStore,
@@ -342,19 +343,34 @@ class Guard:
         return result
 
     def _settle_claim(self, call: Call, result: ToolResult) -> None:
-        """A claim the call still holds: keep an unknown outcome the backend cannot dedupe, else let go."""
+        """A claim the call still holds: keep it with the result when the write took effect (the
+        handler returned, whatever failed after) or its outcome is unknown and the backend cannot
+        dedupe; else let go. Should recording fail, the claim stays in flight and goes stale:
+        repeats get IN_PROGRESS, then TIMEOUT, never a second run (no release on any error)."""
         assert call.spec is not None and call.idempotency_key is not None
         env = self.env
-        if result.outcome is Outcome.UNKNOWN and not call.spec.idempotent_backend:
-            env.idempotency.complete(
-                call.idempotency_key,
-                call.fingerprint or "",
-                stored(result),
-                now=call.now,
-                ttl=env.policy.idempotency_ttl,
-            )
+        if call.returned or (
+            result.outcome is Outcome.UNKNOWN and not call.spec.idempotent_backend
+        ):
+            text, keys = stored(result), [call.idempotency_key]
+            if call.approval is not None:  # the model re-proposing the approved call: a replay
+                keys.append(call.approval.proposal_key)
+            for key in keys:
+                env.idempotency.complete(
+                    key, call.fingerprint or "", text, now=call.now, ttl=env.policy.idempotency_ttl
+                )
         else:
             env.idempotency.release(call.idempotency_key)
+            if result.outcome is Outcome.UNKNOWN:
+                # The backend dedupes, so this session may retry under its own key; the actor's
+                # other sessions may not run it anew under theirs: the lock keeps "unknown".
+                env.idempotency.complete(
+                    lock_of(call),
+                    call.fingerprint or "",
+                    stored(result),
+                    now=call.now,
+                    ttl=env.policy.idempotency_ttl,
+                )
         call.claimed = False
 
     def _interrupted(self, call: Call) -> None:
@@ -534,8 +550,16 @@ def _waived(call: Call, stage: Stage, result: ToolResult, registry: ToolRegistry
 
 
 def _stage_failed(call: Call, stage: Stage) -> ToolResult:
+    """A stage raised. After the handler returned the write took effect; after a handler attempt
+    started it may have: the outcome says so, and ``_settle_claim`` keeps the claim for both."""
     log.exception("stage %s raised", stage.name)
-    return reject(call, Code.INTERNAL_ERROR, _INTERNAL)
+    write = call.spec is not None and call.spec.is_write
+    if call.returned:
+        message = APPLIED_UNSHOWN if write else _INTERNAL
+        return reject(call, Code.INTERNAL_ERROR, message, outcome=Outcome.APPLIED)
+    started = write and call.attempts > 0
+    outcome = Outcome.UNKNOWN if started else Outcome.NOT_APPLIED
+    return reject(call, Code.INTERNAL_ERROR, _INTERNAL, outcome=outcome)
 
 
 def _notify(method: Any, *args: Any) -> None:

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
 from typing import TYPE_CHECKING, Any, Generic, TypeAlias
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
+from pydantic_core import to_jsonable_python
 from typing_extensions import TypeVar
 
 from guard.codes import DomainCode, ReasonCode, code_table
@@ -302,6 +303,11 @@ class ToolSpec:
         object.__setattr__(self, "_serializer", self.arguments.__pydantic_serializer__)
         if self.result_model is not None:  # validated straight into dicts where it can be
             object.__setattr__(self, "_result_view", ResultView(self.result_model))
+        # A result model with from_attributes reads the handler's objects (ORM rows) itself.
+        reads_attributes = bool(
+            self.result_model and self.result_model.model_config.get("from_attributes")
+        )
+        object.__setattr__(self, "_reads_attributes", reads_attributes)
         object.__setattr__(self, "is_async", inspect.iscoroutinefunction(self.handler))
         object.__setattr__(self, "is_write", self.effect is Effect.WRITE)
         object.__setattr__(self, "_schema", self.arguments.model_json_schema())
@@ -354,14 +360,27 @@ class ToolSpec:
         return text.decode()
 
     def visible(self, output: Any) -> dict[str, Any] | None:
-        """What the model may see of a handler's output: the result model's fields, nothing else."""
+        """What the model may see of a handler's output: the result model's fields, nothing else.
+
+        Every shape pydantic can dump (models, dataclasses, lists, tuples, sets, dicts holding
+        them, dates, enums, decimals, UUIDs) is converted to JSON values once, here, so storing,
+        replaying, scanning and rendering the result all see plain JSON. Raises pydantic's
+        ``ValidationError`` when the output does not fit the result model, and
+        ``PydanticSerializationError`` or ``ValueError`` when it is not JSON-able at all."""
         if isinstance(output, BaseModel):
             output = output.model_dump(mode="json")
         if self.result_model is None:
+            output = to_jsonable_python(output, inf_nan_mode="null")
             if output is None or isinstance(output, dict):
                 return output
             return {"value": output}
-        data: dict[str, Any] = self._result_view(output)  # type: ignore[attr-defined]
+        view = self._result_view  # type: ignore[attr-defined]
+        try:  # as given first: the fields it drops may hold anything (a client, a raw response)
+            data: dict[str, Any] = view(output)
+        except ValidationError:
+            if self._reads_attributes:  # type: ignore[attr-defined]
+                raise
+            data = view(to_jsonable_python(output, inf_nan_mode="null"))
         return data
 
     @property

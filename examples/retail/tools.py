@@ -79,6 +79,11 @@ def _order(deps: RetailDeps, principal: Principal, order_id: str) -> Order:
     return order
 
 
+def check_order_owned(args: GetOrderDetails, ctx: CheckContext[RetailDeps]) -> None:
+    """The order is the user's: checked before the handler, so a foreign one is never fetched."""
+    _order(ctx.deps, ctx.principal, args.order_id)
+
+
 def _delivered(order: Order, action: str) -> None:
     if order.status != "delivered":
         raise RuleViolation(
@@ -235,6 +240,7 @@ def retail_tools() -> list[ToolSpec]:
         scope="orders:read",
         result_model=OrderView,
         record_field="order_id",
+        check=check_order_owned,
     )
     def get_order_details(args: GetOrderDetails, ctx: ToolContext[RetailDeps]) -> dict[str, Any]:
         """One order of the user: status, items (item id, product id, options, price) and its

@@ -6,9 +6,19 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from pydantic_core import to_jsonable_python
+
 from guard.result import ToolResult
 
-__all__ = ["answer_id", "arguments_text", "mappings", "name_text", "optional_id", "result_text"]
+__all__ = [
+    "answer_id",
+    "arguments_text",
+    "mappings",
+    "name_text",
+    "optional_id",
+    "result_payload",
+    "result_text",
+]
 
 
 def arguments_text(value: Any) -> str:
@@ -44,9 +54,30 @@ def optional_id(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
+def result_payload(result: ToolResult) -> dict[str, Any]:
+    """``ToolResult.for_model()`` as JSON values, whatever a host put in a result it built.
+
+    The guard's own results already hold JSON (``ToolSpec.visible``); a hand-built one may hold
+    models, dates or worse. Rendering never raises: what pydantic cannot dump is named by its
+    type, and data that cannot be dumped at all (invalid UTF-8 bytes, a cycle) is dropped."""
+    payload = result.for_model()
+    try:
+        jsonable: dict[str, Any] = to_jsonable_python(
+            payload, inf_nan_mode="null", fallback=_opaque
+        )
+    except ValueError:
+        payload["data"] = {"unrenderable": True}
+        jsonable = to_jsonable_python(payload, inf_nan_mode="null", fallback=_opaque)
+    return jsonable
+
+
 def result_text(result: ToolResult) -> str:
-    """What the model reads in the tool-result message: ``ToolResult.for_model()`` as JSON text."""
-    return json.dumps(result.for_model(), ensure_ascii=False)
+    """What the model reads in the tool-result message: ``result_payload`` as JSON text."""
+    return json.dumps(result_payload(result), ensure_ascii=False)
+
+
+def _opaque(value: Any) -> str:
+    return f"<{type(value).__name__}>"
 
 
 def answer_id(result: ToolResult, call_id: str | None) -> str:

@@ -7,11 +7,12 @@ real policy whatever the client does with them.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from guard.providers._schema import iter_specs, neutral_schema
-from guard.providers._wire import arguments_text, name_text, optional_id, result_text
+from guard.providers._wire import arguments_text, name_text, optional_id, result_payload
 from guard.providers.call import ProposedCall
 from guard.registry import Effect, Risk, ToolSpec
 from guard.result import ToolResult
@@ -71,12 +72,12 @@ def render_mcp(result: ToolResult, request_id: str | int) -> dict[str, Any]:
     ``structuredContent``. A rejected call is a tool error (``isError``), not a JSON-RPC error: the
     model must see the reason to recover.
     """
-    payload = result.for_model()
+    payload = result_payload(result)
     return {
         "jsonrpc": "2.0",
         "id": request_id,
         "result": {
-            "content": [{"type": "text", "text": result_text(result)}],
+            "content": [{"type": "text", "text": json.dumps(payload, ensure_ascii=False)}],
             "structuredContent": payload,
             "isError": not result.ok,
         },

@@ -49,14 +49,30 @@ def shop_tools(backend: ShopBackend, clock: Clock) -> list[ToolSpec]:
             )
         return order
 
-    @tool(arguments=GetOrder, scope="orders:read", result_model=OrderView, record_field="order_id")
+    def check_owned(args: GetOrder | GetRefundStatus, ctx: CheckContext[None]) -> None:
+        # Before the handler, so a foreign order is never fetched: refused in the rules stage
+        # with the NOT_FOUND a missing one gets. The handler checks again on what it read.
+        owned(args.order_id, ctx.principal, timeout=None, check=True)
+
+    @tool(
+        arguments=GetOrder,
+        scope="orders:read",
+        result_model=OrderView,
+        record_field="order_id",
+        check=check_owned,
+    )
     def get_order(args: GetOrder, ctx: ToolContext[None]) -> dict[str, Any]:
         """Look up one order: status, amount, currency and how much can still be refunded.
         Use it before any refund, and to answer questions about an order. Read-only."""
         order = owned(args.order_id, ctx.principal, timeout=ctx.timeout)
         return {**vars(order), "refundable_cents": order.refundable_cents, "as_of": as_of()}
 
-    @tool(arguments=GetRefundStatus, scope="orders:read", result_model=RefundStatus)
+    @tool(
+        arguments=GetRefundStatus,
+        scope="orders:read",
+        result_model=RefundStatus,
+        check=check_owned,
+    )
     def get_refund_status(args: GetRefundStatus, ctx: ToolContext[None]) -> dict[str, Any]:
         """See the refunds already made for an order, e.g. when the user asks whether a refund
         went through. Read-only; use it instead of refunding again."""

@@ -16,15 +16,20 @@ from guard.refusals import as_refusal
 from guard.registry import ToolContext
 from guard.result import Outcome, ToolResult
 from guard.stages.base import Env, reject
-from guard.stages.idempotency import stored
+from guard.stages.idempotency import lock_of, stored
 from guard.stages.policy import taint_key
-from guard.stages.rules import remember, seen_key
+from guard.stages.rules import refuse_undeclared, remember, seen_key
 
-__all__ = ["ExecuteStage"]
+__all__ = ["APPLIED_UNSHOWN", "ExecuteStage"]
 
 log = logging.getLogger("guard")
 
 _INTERNAL = "Something went wrong on our side. Do not retry; tell the user and offer a human agent."
+APPLIED_UNSHOWN = (
+    "The action was done, but its result could not be shown because of a fault on our side. "
+    "Do not retry it; tell the user it was done and offer a human agent for the details."
+)
+"""The message of a write that took effect and then failed on its way back (converting, storing)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -62,6 +67,7 @@ class ExecuteStage:
                     return after
                 await waiter.sleep(self.env.clock, after)
                 continue
+            call.returned = True  # from here on the write took effect, whatever fails next
             return self._succeeded(call, output)
 
     def _reserve(self, call: Call) -> ToolResult | None:
@@ -107,18 +113,24 @@ class ExecuteStage:
         spec = call.spec
         assert spec is not None
         error = as_refusal(error, spec.refusals, self.env.refusals) or error  # a library's own
-        if isinstance(error, RuleViolation):
+        if isinstance(error, RuleViolation):  # the backend refused: nothing happened
             self._release(call)
-            return reject(call, error.code, error.message, data=error.data)
+            if (undeclared := refuse_undeclared(call, self.env, error.code)) is not None:
+                return undeclared
+            call.problems = error.problems
+            return reject(call, error.code, error.message, data=error.data, fixable=error.fixable)
         timed_out = isinstance(error, TimeoutError)
         if not (timed_out or isinstance(error, TransientError | ConnectionError)):
             log.error("tool %s raised", spec.name, exc_info=error)
-            return reject(
+            failed = reject(
                 call,
                 Code.INTERNAL_ERROR,
                 _INTERNAL,
                 outcome=Outcome.UNKNOWN if spec.is_write else Outcome.NOT_APPLIED,
             )
+            if spec.is_write and spec.idempotent_backend:
+                self._keep_unknown(call, failed)
+            return failed
         call.maybe_applied |= timed_out and spec.is_write
         may_retry = not (call.maybe_applied and not spec.idempotent_backend)
         if may_retry and call.attempts < spec.retry.attempts:
@@ -138,13 +150,16 @@ class ExecuteStage:
                 log.exception("observer failed on retry_scheduled")
             return delay
         if call.maybe_applied:
-            return reject(
+            unknown = reject(
                 call,
                 Code.TIMEOUT,
                 f"No answer in time: the action may or may not have happened (key "
                 f"{call.idempotency_key}). Do not retry it; check its status first.",
                 outcome=Outcome.UNKNOWN,
             )
+            if spec.idempotent_backend:
+                self._keep_unknown(call, unknown)
+            return unknown
         self._release(call)
         return reject(
             call,
@@ -152,14 +167,36 @@ class ExecuteStage:
             "The service is unavailable right now. Nothing was done; tell the user to try later.",
         )
 
+    def _keep_unknown(self, call: Call, result: ToolResult) -> None:
+        """A backend that deduplicates gets its claim released (this session may retry under the
+        same key), but the actor's lock keeps the unknown outcome: another session would retry
+        under another key, which the backend cannot match to this attempt."""
+        try:
+            self.env.idempotency.complete(
+                lock_of(call),
+                call.fingerprint or "",
+                stored(result),
+                now=self.env.clock.now(),
+                ttl=self.env.policy.idempotency_ttl,
+            )
+        except Exception:  # the lock stays in flight and goes stale: others get TIMEOUT anyway
+            log.exception("recording the unknown outcome of %s failed", call.idempotency_key)
+
     def _succeeded(self, call: Call, output: Any) -> ToolResult:
         spec, env = call.spec, self.env
         assert spec is not None and call.arguments is not None
         try:
             data = spec.visible(output)
-        except ValidationError:
-            log.exception("tool %s returned a result its result model rejects", spec.name)
-            return reject(call, Code.INTERNAL_ERROR, _INTERNAL, outcome=Outcome.APPLIED)
+        except Exception as error:  # the result model rejects it, or it is not JSON-able at all
+            why = "its result model rejects" if isinstance(error, ValidationError) else "not JSON"
+            log.exception("tool %s returned a result it cannot show (%s)", spec.name, why)
+            # The pipeline keeps the claim with this result: a repeat replays it, never reruns.
+            return reject(
+                call,
+                Code.INTERNAL_ERROR,
+                APPLIED_UNSHOWN if spec.is_write else _INTERNAL,
+                outcome=Outcome.APPLIED,
+            )
         result = ToolResult(
             ok=True,
             code=Code.OK,
@@ -220,10 +257,11 @@ def _backoff(base: float, cap: float, attempt: int, jitter: bool) -> float:
 
 
 def _texts(data: Any) -> list[str]:
+    """Every string of a JSON result, keys included: outside text can hide in either."""
     if isinstance(data, str):
         return [data]
     if isinstance(data, dict):
-        return [text for value in data.values() for text in _texts(value)]
+        return [text for key, value in data.items() for text in (key, *_texts(value))]
     if isinstance(data, list):
         return [text for value in data for text in _texts(value)]
     return []

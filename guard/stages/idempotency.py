@@ -11,17 +11,45 @@ from guard.call import Call
 from guard.codes import Code, ReasonCode
 from guard.registry import ToolContext
 from guard.result import Advisory, Outcome, ToolResult
+from guard.session import Principal
 from guard.stages.base import Env, digest, reject
 from guard.stores.base import ClaimState
 
-__all__ = ["IdempotencyStage", "approval_key", "proposal_key"]
+__all__ = ["IdempotencyStage", "actor", "approval_key", "lock_key", "lock_of", "proposal_key"]
+
+log = logging.getLogger("guard")
+
+
+def actor(principal: Principal, session_id: str) -> str:
+    """Whose write it is, for its in-flight lock: the authenticated principal, else the session.
+
+    Session ids are per process or connection (a stdio gateway draws one at start), so a host
+    restarted after a crash proposes the same write under a new session and a new key: only a
+    lock wider than the session can tell it that the killed attempt may have run. The principal
+    is what the host authenticates and outlives a restart. Anonymous principals share an id, so
+    their locks stay the session's: one stranger's write must never hold up another's."""
+    if principal.authenticated:
+        return "principal:" + principal.id
+    return "session:" + session_id
+
 
 log = logging.getLogger(__name__)
 
 
 def proposal_key(session_id: str, tool: str, canonical: str) -> str:
-    """The key of a proposed write: session, tool and canonical validated arguments."""
+    """The key of a proposed write: session, tool and canonical validated arguments.
+
+    Replays, conflicts and pending approvals are the conversation's: another conversation of the
+    same user proposing the same write runs it (under its own rules and confirmation)."""
     return "k_" + digest(session_id, tool, canonical)
+
+
+def lock_key(actor: str, tool: str, canonical: str) -> str:
+    """The in-flight lock of a write: its ``actor``, tool and canonical validated arguments.
+
+    Held while the write runs, from every session and process of the actor; released once its
+    outcome is known, kept with the outcome while that is unknown (``IdempotencyStore.claim``)."""
+    return "l_" + digest(actor, tool, canonical)
 
 
 def approval_key(approval_id: str) -> str:
@@ -53,21 +81,33 @@ class IdempotencyStage:
                 )
         if not spec.is_write:
             return None
+        subject = _subject(call)
         if call.approval is not None:
             call.idempotency_key = approval_key(call.approval.id)
-        elif spec.idempotency_field is not None:
-            assert call.arguments is not None
-            request_id = str(getattr(call.arguments, spec.idempotency_field))
-            call.idempotency_key = proposal_key(call.session_id, spec.name, "id:" + request_id)
         else:
-            call.idempotency_key = proposal_key(call.session_id, spec.name, call.canonical)
+            call.idempotency_key = proposal_key(call.session_id, spec.name, subject)
+        lock = lock_key(actor(call.principal, call.session_id), spec.name, subject)
         claim = env.idempotency.claim(
             call.idempotency_key,
             call.fingerprint,
             now=now,
             lease=env.policy.claim_lease,
             take_stale=spec.idempotent_backend,
+            lock=lock,
         )
+        if claim.holder is not None:  # the answer is about the attempt holding the actor's lock
+            if claim.state is ClaimState.STALE and spec.idempotent_backend:
+                # Its backend deduplicates by that attempt's key: retry under it, not under ours.
+                call.idempotency_key = claim.holder
+                claim = env.idempotency.claim(
+                    claim.holder,
+                    call.fingerprint,
+                    now=now,
+                    lease=env.policy.claim_lease,
+                    take_stale=True,
+                    lock=lock,
+                )
+            call.idempotency_key = claim.holder or call.idempotency_key
         if claim.state is ClaimState.CLAIMED:
             call.claimed = True
             return None
@@ -84,9 +124,10 @@ class IdempotencyStage:
                 "An identical call is still running. Do not send it again; wait for its result.",
             )
         if claim.state is ClaimState.STALE:
+            held = lock if claim.holder is not None else None
             if spec.reconcile is not None:
-                return self._settle_stale(call)
-            return self._abandoned(call)
+                return self._settle_stale(call, held)
+            return self._abandoned(call, held)
         return reject(
             call,
             Code.IDEMPOTENCY_CONFLICT,
@@ -102,7 +143,7 @@ class IdempotencyStage:
             return None
         return self._record(call, settled(call, outcome))
 
-    def _settle_stale(self, call: Call) -> ToolResult | None:
+    def _settle_stale(self, call: Call, lock: str | None) -> ToolResult | None:
         """An earlier attempt claimed the key and died. If the status check says it took effect,
         that is the result; if it says it did not, the stale claim is taken (atomically: one
         repeat wins) and the call runs; if it cannot tell, the outcome stays unknown."""
@@ -111,13 +152,14 @@ class IdempotencyStage:
         if outcome is Outcome.APPLIED:
             return self._record(call, settled(call, outcome))
         if outcome is Outcome.UNKNOWN:
-            return self._abandoned(call)
+            return self._abandoned(call, lock)
         claim = self.env.idempotency.claim(
             call.idempotency_key,
             call.fingerprint,
             now=call.now,
             lease=self.env.policy.claim_lease,
             take_stale=True,
+            lock=lock_of(call),
         )
         if claim.state is ClaimState.CLAIMED:
             call.claimed = True
@@ -160,11 +202,13 @@ class IdempotencyStage:
         )
         return result
 
-    def _abandoned(self, call: Call) -> ToolResult:
+    def _abandoned(self, call: Call, lock: str | None) -> ToolResult:
         """An earlier attempt claimed the key and died without a result, perhaps mid-write, and
         the backend cannot deduplicate: running again could apply it twice. The outcome is unknown;
         it is recorded as the key's result, so every repeat replays it until a human or a status
-        check decides, and no purge of the stale claim can let a blind second run through."""
+        check decides, and no purge of the stale claim can let a blind second run through. Recorded
+        under the key, which settles the actor's ``lock`` it holds; under a ``lock`` held by
+        another session's dead attempt too, in case that attempt's record is gone."""
         assert call.idempotency_key is not None and call.fingerprint is not None
         result = reject(
             call,
@@ -173,13 +217,17 @@ class IdempotencyStage:
             f"have happened (key {call.idempotency_key}). Do not retry it; check its status first.",
             outcome=Outcome.UNKNOWN,
         )
-        self.env.idempotency.complete(
-            call.idempotency_key,
-            call.fingerprint,
-            stored(result),
-            now=call.now,
-            ttl=self.env.policy.idempotency_ttl,
-        )
+        try:
+            for key in (call.idempotency_key, lock) if lock else (call.idempotency_key,):
+                self.env.idempotency.complete(
+                    key,
+                    call.fingerprint,
+                    stored(result),
+                    now=call.now,
+                    ttl=self.env.policy.idempotency_ttl,
+                )
+        except Exception:  # the stale claim stays: the next repeat is told the same
+            log.exception("recording the unknown outcome of %s failed", call.idempotency_key)
         return result
 
 
@@ -208,6 +256,23 @@ def settled(call: Call, outcome: Outcome) -> ToolResult:
         "Nothing was done; tell the user, and send it again only with a new request id.",
     )
     return replace(result, replayed=True)
+
+
+def lock_of(call: Call) -> str:
+    """The actor's in-flight lock of a write ``call`` whose schema ran."""
+    assert call.spec is not None
+    return lock_key(actor(call.principal, call.session_id), call.spec.name, _subject(call))
+
+
+def _subject(call: Call) -> str:
+    """What names the action besides actor and tool: the request id the tool declares for
+    deduplication, else the canonical validated arguments."""
+    assert call.spec is not None and call.canonical is not None
+    field = call.spec.idempotency_field
+    if field is None:
+        return call.canonical
+    assert call.arguments is not None
+    return "id:" + str(getattr(call.arguments, field))
 
 
 def stored(result: ToolResult) -> str:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from guard.call import Call
-from guard.codes import Code, ReasonCode
+from guard.codes import Code, DomainCode, ReasonCode
 from guard.errors import HumanRequired, RuleViolation, TransientError
 from guard.provenance import Provenance
 from guard.refusals import as_refusal
@@ -17,7 +17,15 @@ from guard.registry import AnyOf, CheckContext, Requirement, SeenIn, ToolSpec
 from guard.result import Problem, ToolResult
 from guard.stages.base import Env, reject
 
-__all__ = ["RuleStage", "check_context", "ran_key", "remember", "seen_key", "value_key"]
+__all__ = [
+    "RuleStage",
+    "check_context",
+    "ran_key",
+    "refuse_undeclared",
+    "remember",
+    "seen_key",
+    "value_key",
+]
 
 log = logging.getLogger("guard")
 
@@ -66,6 +74,8 @@ class RuleStage:
         except HumanRequired as asked:
             context.ask_human(asked.code, asked.message)
         except RuleViolation as violation:
+            if (undeclared := refuse_undeclared(call, self.env, violation.code)) is not None:
+                return undeclared
             call.problems = violation.problems
             return reject(
                 call,
@@ -86,6 +96,9 @@ class RuleStage:
         except Exception:
             log.exception("business check of %s raised", spec.name)
             return reject(call, Code.INTERNAL_ERROR, _INTERNAL)
+        for warning in context.warnings:
+            if (undeclared := refuse_undeclared(call, self.env, warning.code)) is not None:
+                return undeclared
         if context.warnings:
             call.warnings = tuple(context.warnings)
         if context.human is not None and call.approval is None:
@@ -193,6 +206,32 @@ def _ask_human(call: Call, code: ReasonCode, message: str | None) -> ToolResult 
         return reject(call, Code.INTERNAL_ERROR, _INTERNAL)
     call.needs_human, call.human_message = code, message
     return None
+
+
+def refuse_undeclared(call: Call, env: Env, code: ReasonCode) -> ToolResult | None:
+    """INTERNAL_ERROR naming ``code`` when a check or handler answers with a domain code the
+    guard was never told about (``ToolSpec.codes``, ``Guard(codes=...)``); None when it is known.
+
+    A code must be declared to be listed by ``callgate codes``, counted by the dashboards and
+    documented for the model's host: one that slips past would be an outcome nobody can look up.
+    A code of the same spelling with other properties is undeclared too."""
+    known = env.registry.codes.get(str(code))
+    if known is code or (
+        isinstance(known, DomainCode)
+        and isinstance(code, DomainCode)
+        and (known.stage, known.fixable, known.phrase, known.advice)
+        == (code.stage, code.fixable, code.phrase, code.advice)
+    ):
+        return None
+    assert call.spec is not None
+    log.error("tool %s answered with undeclared code %s", call.spec.name, code)
+    return reject(
+        call,
+        Code.INTERNAL_ERROR,
+        f"Something went wrong on our side: the tool answered with code {code}, which it never "
+        "declared. Do not retry; tell the user and offer a human agent.",
+        data={"undeclared_code": str(code)},
+    )
 
 
 def remember(call: Call, env: Env, now: float) -> None:

@@ -33,46 +33,97 @@ __all__ = [
     "RELEASE",
 ]
 
-# KEYS[1] record; ARGV fingerprint, now, lease, expires_at (claim_deadline), ttl_ms, take_stale
-# (1 or 0). Returns {state} or {'completed', result}. A stale claim is left alone unless taken.
+# KEYS[1] record, KEYS[2] the lock it takes (optional); ARGV fingerprint, now, lease, expires_at
+# (claim_deadline), ttl_ms, take_stale (1 or 0), the unprefixed key. Returns {state, result,
+# holder} ('' where none). A stale claim is left alone unless taken; a lock held by another key
+# answers instead (``_rules.lock_outcome``: its stale claims are never taken), writing nothing.
 CLAIM = """
-local rec = redis.call('HMGET', KEYS[1], 'fingerprint', 'result', 'claimed_at', 'expires_at')
-local now = tonumber(ARGV[2])
-if rec[1] then
+local now, lease = tonumber(ARGV[2]), tonumber(ARGV[3])
+local function refusal(key, take_stale)
+    local rec = redis.call('HMGET', key, 'fingerprint', 'result', 'claimed_at', 'expires_at')
+    if not rec[1] then return nil end
     if not rec[2] then
-        if tonumber(rec[3]) + tonumber(ARGV[3]) >= now then
-            if rec[1] == ARGV[1] then return {'in_flight'} end
-            return {'conflict'}
+        if tonumber(rec[3]) + lease >= now then
+            if rec[1] == ARGV[1] then return 'in_flight' end
+            return 'conflict'
         end
-        if ARGV[6] == '0' then
-            if rec[1] == ARGV[1] then return {'stale'} end
-            return {'conflict'}
+        if not take_stale then
+            if rec[1] == ARGV[1] then return 'stale' end
+            return 'conflict'
         end
     elseif tonumber(rec[4]) >= now then
-        if rec[1] ~= ARGV[1] then return {'conflict'} end
-        return {'completed', rec[2]}
+        if rec[1] ~= ARGV[1] then return 'conflict' end
+        return 'completed', rec[2]
     end
+    return nil
+end
+local state, result = refusal(KEYS[1], ARGV[6] == '1')
+if state then return {state, result or '', ''} end
+if KEYS[2] then
+    local holder = redis.call('HGET', KEYS[2], 'holder')
+    if holder ~= ARGV[7] then
+        state, result = refusal(KEYS[2], false)
+        if state then return {state, result or '', holder or ''} end
+    end
+    redis.call('DEL', KEYS[2])
+    redis.call('HSET', KEYS[2], 'fingerprint', ARGV[1], 'claimed_at', ARGV[2],
+        'expires_at', ARGV[4], 'holder', ARGV[7])
+    redis.call('PEXPIRE', KEYS[2], ARGV[5])
 end
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'fingerprint', ARGV[1], 'claimed_at', ARGV[2], 'expires_at', ARGV[4])
+if KEYS[2] then redis.call('HSET', KEYS[1], 'lock', KEYS[2]) end
 redis.call('PEXPIRE', KEYS[1], ARGV[5])
-return {'claimed'}
+return {'claimed', '', ''}
 """
 
-# KEYS[1] record; ARGV fingerprint, result, now, expires_at (= now + ttl), ttl_ms.
-# An upsert: a claimed key keeps its claimed_at, a new one gets now.
-COMPLETE = """
+# The in-flight lock the record KEYS[1] holds, if it still holds it (ARGV[n] its unprefixed key).
+_HELD = """
+local function held(n)
+    local lock = redis.call('HGET', KEYS[1], 'lock')
+    if lock and redis.call('HGET', lock, 'holder') == ARGV[n]
+        and redis.call('HEXISTS', lock, 'result') == 0 then return lock end
+    return nil
+end
+"""
+
+# KEYS[1] record; ARGV fingerprint, result, now, expires_at (= now + ttl), ttl_ms, the unprefixed
+# key. An upsert: a claimed key keeps its claimed_at, a new one gets now. The lock it holds keeps
+# an unknown outcome (``_rules.outcome_unknown``: the mark, then cjson) and is deleted on a known one.
+COMPLETE = (
+    _HELD
+    + """
 redis.call('HSET', KEYS[1], 'fingerprint', ARGV[1], 'result', ARGV[2], 'expires_at', ARGV[4])
 redis.call('HSETNX', KEYS[1], 'claimed_at', ARGV[3])
 redis.call('PEXPIRE', KEYS[1], ARGV[5])
+local lock = held(6)
+if lock then
+    local ok, saved = false, nil
+    if string.find(ARGV[2], '"outcome":"unknown"', 1, true) then
+        ok, saved = pcall(cjson.decode, ARGV[2])
+    end
+    if ok and type(saved) == 'table' and saved['outcome'] == 'unknown' then
+        redis.call('HSET', lock, 'result', ARGV[2], 'expires_at', ARGV[4])
+        redis.call('PEXPIRE', lock, ARGV[5])
+    else
+        redis.call('DEL', lock)
+    end
+end
 """
+)
 
-# KEYS[1] record. Deletes only an in-flight claim: a completed result must keep replaying.
-RELEASE = """
+# KEYS[1] record; ARGV the unprefixed key. Deletes only an in-flight claim, and the lock it holds:
+# a completed result must keep replaying.
+RELEASE = (
+    _HELD
+    + """
 if redis.call('EXISTS', KEYS[1]) == 1 and redis.call('HEXISTS', KEYS[1], 'result') == 0 then
+    local lock = held(1)
+    if lock then redis.call('DEL', lock) end
     redis.call('DEL', KEYS[1])
 end
 """
+)
 
 # KEYS the records to check; ARGV now. Deletes those whose ``expires_at`` passed; returns how many.
 # Used by the idempotency and counter stores, whose records share the field name.

@@ -9,6 +9,8 @@ an answer.
 
 from __future__ import annotations
 
+import json
+
 from guard.stores.base import ApprovalState, Claim, ClaimState
 
 __all__ = [
@@ -17,10 +19,13 @@ __all__ = [
     "CONFLICT",
     "IN_FLIGHT",
     "STALE",
+    "UNKNOWN_MARK",
     "approval_purge_at",
     "claim_deadline",
     "claim_outcome",
     "decision",
+    "lock_outcome",
+    "outcome_unknown",
 ]
 
 # Claim is frozen, so the three outcomes that carry no result are shared instead of allocated on
@@ -61,6 +66,57 @@ def claim_outcome(
     if stored_fingerprint != fingerprint:
         return CONFLICT
     return Claim(state=ClaimState.COMPLETED, result=result)
+
+
+def lock_outcome(
+    *,
+    holder: str | None,
+    key: str,
+    stored_fingerprint: str,
+    result: str | None,
+    claimed_at: float,
+    expires_at: float,
+    fingerprint: str,
+    now: float,
+    lease: float,
+) -> Claim | None:
+    """What an existing lock answers a claim of ``key``, or None if the claim may take it.
+
+    A lock held by ``key`` itself is free: whether this attempt may run is its own key's claim's
+    to say. Otherwise the claim rule applies, stale locks never taken over (the attempt that holds
+    it ran under another key, so even a backend that deduplicates by key would run it twice)."""
+    if holder == key:
+        return None
+    outcome = claim_outcome(
+        stored_fingerprint=stored_fingerprint,
+        result=result,
+        claimed_at=claimed_at,
+        expires_at=expires_at,
+        fingerprint=fingerprint,
+        now=now,
+        lease=lease,
+        take_stale=False,
+    )
+    if outcome is None:
+        return None
+    return Claim(state=outcome.state, result=outcome.result, holder=holder)
+
+
+UNKNOWN_MARK = '"outcome":"unknown"'
+"""How a stored result (``guard.stages.idempotency.stored``: compact JSON) spells an unknown
+outcome. Only a result holding it is parsed, so settling a lock costs a substring search."""
+
+
+def outcome_unknown(result: str) -> bool:
+    """Whether a stored result says the write's fate is unknown: then the lock its key holds
+    keeps it, else the lock is released."""
+    if UNKNOWN_MARK not in result:  # the data may hold the mark too: only parsing can tell
+        return False
+    try:
+        saved = json.loads(result)
+    except ValueError:
+        return False
+    return isinstance(saved, dict) and saved.get("outcome") == "unknown"
 
 
 ABANDONED_RETENTION = 86_400.0

@@ -50,24 +50,45 @@ class Claim:
     state: ClaimState
     result: str | None = None
     """The stored result (JSON text) when ``state`` is COMPLETED."""
+    holder: str | None = None
+    """Set when the answer is the ``lock``'s, not the key's: the key of the attempt holding it."""
 
 
 class IdempotencyStore(Protocol):
     """Claims and results of writes, keyed by idempotency key."""
 
     def claim(
-        self, key: str, fingerprint: str, *, now: float, lease: float, take_stale: bool = True
+        self,
+        key: str,
+        fingerprint: str,
+        *,
+        now: float,
+        lease: float,
+        take_stale: bool = True,
+        lock: str | None = None,
     ) -> Claim:
         """Atomically take ``key`` unless someone holds it (for less than ``lease`` s) or it completed.
 
         A stale claim (held longer than ``lease``) is taken over when ``take_stale``; otherwise the
-        answer is STALE (same fingerprint) or CONFLICT, and the stale claim is left as it is."""
+        answer is STALE (same fingerprint) or CONFLICT, and the stale claim is left as it is.
+
+        With ``lock`` (a key wider than ``key``: the actor's, across sessions) the claim also
+        takes the lock, in the same atomic step. A lock held by another key answers instead, with
+        ``Claim.holder`` naming that key: IN_FLIGHT while its lease runs, STALE once it ran out
+        (never taken over: the other attempt's backend key differs), COMPLETED with the unknown
+        outcome recorded on it, CONFLICT for other arguments; nothing is written then. A lock held
+        by ``key`` itself is free (this attempt takes its own key over). ``complete`` and
+        ``release`` of ``key`` settle the lock it holds."""
 
     def complete(self, key: str, fingerprint: str, result: str, *, now: float, ttl: float) -> None:
-        """Record the result of ``key`` (upsert), replayable until ``now + ttl``."""
+        """Record the result of ``key`` (upsert), replayable until ``now + ttl``.
+
+        The lock ``key`` holds, if any, is released when the result's outcome is known (applied or
+        not), and keeps the result until ``now + ttl`` when it is unknown (``outcome_unknown``):
+        every later claim of the lock, from any session, is then told the same."""
 
     def release(self, key: str) -> None:
-        """Give up a claim: nothing happened, a later identical call may run."""
+        """Give up a claim and the lock it holds: nothing happened, a later identical call may run."""
 
     def purge(self, now: float) -> int:
         """Delete expired entries; returns how many."""

@@ -30,6 +30,8 @@ from guard.stores._rules import (
     approval_purge_at,
     claim_outcome,
     decision,
+    lock_outcome,
+    outcome_unknown,
 )
 from guard.stores.base import (
     ApprovalState,
@@ -134,10 +136,17 @@ class _ExpiringMap(Generic[_E]):
 
 
 class _Record:
-    __slots__ = ("claimed_at", "expires_at", "fingerprint", "result")
+    __slots__ = ("claimed_at", "expires_at", "fingerprint", "holder", "lock", "result")
 
     def __init__(
-        self, fingerprint: str, result: str | None, claimed_at: float, expires_at: float
+        self,
+        fingerprint: str,
+        result: str | None,
+        claimed_at: float,
+        expires_at: float,
+        *,
+        lock: str | None = None,
+        holder: str | None = None,
     ) -> None:
         self.fingerprint = fingerprint
         self.result = result
@@ -145,6 +154,10 @@ class _Record:
         self.claimed_at = claimed_at
         self.expires_at = expires_at
         """The end of the lease while claimed, of replay once completed."""
+        self.lock = lock
+        """On a claim: the lock it holds, settled with it."""
+        self.holder = holder
+        """On a lock: the key of the claim holding it."""
 
 
 class MemoryIdempotencyStore(_ExpiringMap[_Record]):
@@ -156,11 +169,19 @@ class MemoryIdempotencyStore(_ExpiringMap[_Record]):
         super().__init__(max_entries=max_entries)
 
     def claim(
-        self, key: str, fingerprint: str, *, now: float, lease: float, take_stale: bool = True
+        self,
+        key: str,
+        fingerprint: str,
+        *,
+        now: float,
+        lease: float,
+        take_stale: bool = True,
+        lock: str | None = None,
     ) -> Claim:
         with self._lock:
             self._tick(now)
-            record = self._entries.get(key)
+            entries = self._entries
+            record = entries.get(key)
             if record is not None:
                 outcome = claim_outcome(
                     stored_fingerprint=record.fingerprint,
@@ -174,10 +195,39 @@ class MemoryIdempotencyStore(_ExpiringMap[_Record]):
                 )
                 if outcome is not None:
                     return outcome
-                record.fingerprint, record.result = fingerprint, None
-                record.claimed_at, record.expires_at = now, now + lease
-                return CLAIMED
-            self._put(key, _Record(fingerprint, None, now, now + lease), now)
+            held = None if lock is None else entries.get(lock)
+            if held is not None:
+                refused = lock_outcome(
+                    holder=held.holder,
+                    key=key,
+                    stored_fingerprint=held.fingerprint,
+                    result=held.result,
+                    claimed_at=held.claimed_at,
+                    expires_at=held.expires_at,
+                    fingerprint=fingerprint,
+                    now=now,
+                    lease=lease,
+                )
+                if refused is not None:
+                    return refused
+            # New entries first, so a full store refuses before anything changed.
+            if record is None:
+                self._put(key, _Record(fingerprint, None, now, now + lease, lock=lock), now)
+            if lock is not None and held is None:
+                try:
+                    self._put(lock, _Record(fingerprint, None, now, now + lease, holder=key), now)
+                except StoreFull:
+                    if record is None:
+                        self._delete(key, entries[key])
+                    raise
+            for entry in (record, held):
+                if entry is not None:
+                    entry.fingerprint, entry.result = fingerprint, None
+                    entry.claimed_at, entry.expires_at = now, now + lease
+            if record is not None:
+                record.lock = lock
+            if held is not None:
+                held.holder = key
             return CLAIMED
 
     def complete(self, key: str, fingerprint: str, result: str, *, now: float, ttl: float) -> None:
@@ -188,12 +238,29 @@ class MemoryIdempotencyStore(_ExpiringMap[_Record]):
                 self._put(key, _Record(fingerprint, result, now, now + ttl), now)
                 return
             record.fingerprint, record.result, record.expires_at = fingerprint, result, now + ttl
+            if (held := self._held_by(key, record)) is None:
+                return
+            if outcome_unknown(result):
+                held[1].result, held[1].expires_at = result, now + ttl
+            else:
+                self._delete(*held)
 
     def release(self, key: str) -> None:
         with self._lock:
             record = self._entries.get(key)
             if record is not None and record.result is None:
+                if (held := self._held_by(key, record)) is not None:
+                    self._delete(*held)
                 self._delete(key, record)
+
+    def _held_by(self, key: str, record: _Record) -> tuple[str, _Record] | None:
+        """The in-flight lock ``key``'s claim holds (its name and entry), if it still holds one."""
+        if record.lock is None:
+            return None
+        held = self._entries.get(record.lock)
+        if held is None or held.holder != key or held.result is not None:
+            return None
+        return record.lock, held
 
     def _deadline(self, entry: _Record) -> float:
         # A claim whose lease ran out with no result was abandoned, maybe mid-write: it is kept as

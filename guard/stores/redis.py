@@ -137,25 +137,35 @@ class RedisIdempotencyStore(_RedisStore):
         self._purge = client.register_script(lua.DEADLINE_PURGE)
 
     def claim(
-        self, key: str, fingerprint: str, *, now: float, lease: float, take_stale: bool = True
+        self,
+        key: str,
+        fingerprint: str,
+        *,
+        now: float,
+        lease: float,
+        take_stale: bool = True,
+        lock: str | None = None,
     ) -> Claim:
         expires_at = claim_deadline(now=now, lease=lease)
         args = [fingerprint, repr(now), repr(lease), repr(expires_at)]
         ttl_ms = _ttl_ms(expires_at, now, self._grace)
-        reply = self._claim(keys=[self._key(key)], args=[*args, ttl_ms, int(take_stale)])
-        state = ClaimState(_text(reply[0]))
+        keys = [self._key(key)] if lock is None else [self._key(key), self._key(lock)]
+        reply = self._claim(keys=keys, args=[*args, ttl_ms, int(take_stale), key])
+        state, holder = ClaimState(_text(reply[0])), _text(reply[2])
         if state is ClaimState.COMPLETED:
-            return Claim(state=state, result=_text(reply[1]))
+            return Claim(state=state, result=_text(reply[1]), holder=holder or None)
+        if holder:
+            return Claim(state=state, holder=holder)
         return _CLAIMS[state]
 
     def complete(self, key: str, fingerprint: str, result: str, *, now: float, ttl: float) -> None:
         expires_at = now + ttl
         ttl_ms = _ttl_ms(expires_at, now, self._grace)
-        args: list[str | int] = [fingerprint, result, repr(now), repr(expires_at), ttl_ms]
+        args: list[str | int] = [fingerprint, result, repr(now), repr(expires_at), ttl_ms, key]
         self._complete(keys=[self._key(key)], args=args)
 
     def release(self, key: str) -> None:
-        self._release(keys=[self._key(key)])
+        self._release(keys=[self._key(key)], args=[key])
 
     def purge(self, now: float) -> int:
         """Delete expired entries Redis has not expired itself; returns how many (may be 0)."""

@@ -21,7 +21,14 @@ import sqlite3
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from guard.stores._rules import CLAIMED, claim_deadline, claim_outcome, decision
+from guard.stores._rules import (
+    CLAIMED,
+    claim_deadline,
+    claim_outcome,
+    decision,
+    lock_outcome,
+    outcome_unknown,
+)
 from guard.stores._sqlite_base import SQLiteStoreBase, Synchronous
 from guard.stores.base import (
     PENDING_ACTION_FIELDS,
@@ -52,7 +59,9 @@ IDEMPOTENCY_DDL = (
         fingerprint TEXT NOT NULL,
         result      TEXT,           -- NULL while the key is claimed and in flight
         claimed_at  REAL NOT NULL,
-        expires_at  REAL NOT NULL   -- claim_deadline while claimed, end of replay once completed
+        expires_at  REAL NOT NULL,  -- claim_deadline while claimed, end of replay once completed
+        lock        TEXT,           -- on a claim: the lock it holds, settled with it
+        holder      TEXT            -- on a lock: the key of the claim holding it
     )
     """,
     "CREATE INDEX IF NOT EXISTS idempotency_expires_at ON idempotency (expires_at)",
@@ -99,17 +108,19 @@ COUNTERS_DDL = (
 
 
 _SELECT_RECORD = """
-SELECT fingerprint, result, claimed_at, expires_at FROM idempotency WHERE key = :key
+SELECT fingerprint, result, claimed_at, expires_at, holder FROM idempotency WHERE key = :key
 """
 
 _UPSERT_CLAIM = """
-INSERT INTO idempotency (key, fingerprint, result, claimed_at, expires_at)
-VALUES (:key, :fingerprint, NULL, :now, :expires_at)
+INSERT INTO idempotency (key, fingerprint, result, claimed_at, expires_at, lock, holder)
+VALUES (:key, :fingerprint, NULL, :now, :expires_at, :lock, :holder)
 ON CONFLICT (key) DO UPDATE SET
     fingerprint = excluded.fingerprint,
     result = NULL,
     claimed_at = excluded.claimed_at,
-    expires_at = excluded.expires_at
+    expires_at = excluded.expires_at,
+    lock = excluded.lock,
+    holder = excluded.holder
 """
 
 _UPSERT_RESULT = """
@@ -121,19 +132,53 @@ ON CONFLICT (key) DO UPDATE SET
     expires_at = excluded.expires_at
 """
 
+# The in-flight lock the claim of :key holds, if it still holds one.
+_HELD = """
+key = (SELECT lock FROM idempotency WHERE key = :key) AND holder = :key AND result IS NULL
+"""
+_KEEP_LOCK = "UPDATE idempotency SET result = :result, expires_at = :expires_at WHERE" + _HELD
+_DROP_LOCK = "DELETE FROM idempotency WHERE" + _HELD
+
 
 class SQLiteIdempotencyStore(SQLiteStoreBase):
     """Claims and results in the ``idempotency`` table; a claim is one IMMEDIATE transaction."""
 
     _DDL = IDEMPOTENCY_DDL
 
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        busy_timeout: float = 5.0,
+        synchronous: Synchronous = "NORMAL",
+        allow_writable_file: bool = False,
+    ) -> None:
+        super().__init__(
+            path,
+            busy_timeout=busy_timeout,
+            synchronous=synchronous,
+            allow_writable_file=allow_writable_file,
+        )
+        with self._immediate() as conn:  # a file made before locks existed gains their columns
+            columns = {row[1] for row in conn.execute("PRAGMA table_info(idempotency)")}
+            for column in ("lock", "holder"):
+                if column not in columns:
+                    conn.execute(f"ALTER TABLE idempotency ADD COLUMN {column} TEXT")
+
     def claim(
-        self, key: str, fingerprint: str, *, now: float, lease: float, take_stale: bool = True
+        self,
+        key: str,
+        fingerprint: str,
+        *,
+        now: float,
+        lease: float,
+        take_stale: bool = True,
+        lock: str | None = None,
     ) -> Claim:
         with self._immediate() as conn:
             row = conn.execute(_SELECT_RECORD, {"key": key}).fetchone()
             if row is not None:
-                stored_fingerprint, result, claimed_at, expires_at = row
+                stored_fingerprint, result, claimed_at, expires_at, _ = row
                 outcome = claim_outcome(
                     stored_fingerprint=stored_fingerprint,
                     result=result,
@@ -151,7 +196,27 @@ class SQLiteIdempotencyStore(SQLiteStoreBase):
                 "fingerprint": fingerprint,
                 "now": now,
                 "expires_at": claim_deadline(now=now, lease=lease),
+                "lock": lock,
+                "holder": None,
             }
+            if lock is not None:
+                held = conn.execute(_SELECT_RECORD, {"key": lock}).fetchone()
+                if held is not None:
+                    stored_fingerprint, result, claimed_at, expires_at, holder = held
+                    refused = lock_outcome(
+                        holder=holder,
+                        key=key,
+                        stored_fingerprint=stored_fingerprint,
+                        result=result,
+                        claimed_at=claimed_at,
+                        expires_at=expires_at,
+                        fingerprint=fingerprint,
+                        now=now,
+                        lease=lease,
+                    )
+                    if refused is not None:
+                        return refused
+                conn.execute(_UPSERT_CLAIM, {**params, "key": lock, "lock": None, "holder": key})
             conn.execute(_UPSERT_CLAIM, params)
             return CLAIMED
 
@@ -163,13 +228,22 @@ class SQLiteIdempotencyStore(SQLiteStoreBase):
             "now": now,
             "expires_at": now + ttl,
         }
-        self._conn().execute(_UPSERT_RESULT, params)
+        with self._immediate() as conn:
+            conn.execute(_UPSERT_RESULT, params)
+            if outcome_unknown(result):
+                conn.execute(_KEEP_LOCK, params)
+            else:
+                conn.execute(_DROP_LOCK, {"key": key})
 
     def release(self, key: str) -> None:
-        # Only an in-flight claim: a completed result must keep replaying.
-        self._conn().execute(
-            "DELETE FROM idempotency WHERE key = :key AND result IS NULL", {"key": key}
-        )
+        # Only an in-flight claim (and the lock it holds): a completed result must keep replaying.
+        with self._immediate() as conn:
+            held = conn.execute(
+                "SELECT 1 FROM idempotency WHERE key = :key AND result IS NULL", {"key": key}
+            ).fetchone()
+            if held is not None:
+                conn.execute(_DROP_LOCK, {"key": key})
+                conn.execute("DELETE FROM idempotency WHERE key = :key", {"key": key})
 
     def purge(self, now: float) -> int:
         cursor = self._conn().execute(

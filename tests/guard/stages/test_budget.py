@@ -13,9 +13,9 @@ class TestStepLimit:
         shop = make_shop(clock, max_steps_per_session=3, max_steps_per_turn=100, rate_limit=None)
         session = shop.session("s1", "CUS-1")
         codes = []
-        for turn in range(5):
+        for order_id in ("ORD-1001", "ORD-1003", "ORD-1004", "ORD-1001", "ORD-1003"):  # CUS-1's
             session.next_turn()
-            codes.append(session.execute("get_order", order_args(f"ORD-100{turn + 1}")).code)
+            codes.append(session.execute("get_order", order_args(order_id)).code)
         assert codes[3:] == ["STEP_LIMIT", "STEP_LIMIT"]
         assert shop.backend.requests == 3
 

@@ -78,6 +78,31 @@ def pay_and_hang(where: str, effects: str, dedupes: bool) -> None:
     guard.session("s1", USER).execute("pay", ARGS)
 
 
+def propose_again(
+    where: str, effects: str, dedupes: bool, session_id: str, now: float, answers: Any
+) -> None:
+    """A restarted host: a new process, a new session id, the same user's same call."""
+    guard, stores = payment_guard(where, Path(effects), dedupes=dedupes, hang=False, now=now)
+    result = guard.session(session_id, USER).execute("pay", ARGS)
+    answers.put((str(result.code), str(result.outcome), result.idempotency_key, result.replayed))
+    stores.close()
+
+
+def in_new_process(where: str, effects: Path, *, dedupes: bool, now: float) -> tuple[Any, ...]:
+    """Run ``propose_again`` in a freshly spawned process under a session id of its own."""
+    context = multiprocessing.get_context("spawn")
+    answers = context.Queue()
+    session_id = f"restarted-{os.urandom(8).hex()}"
+    worker = context.Process(
+        target=propose_again, args=(where, str(effects), dedupes, session_id, now, answers)
+    )
+    worker.start()
+    answer: tuple[Any, ...] = answers.get(timeout=60)
+    worker.join(timeout=30)
+    assert worker.exitcode == 0
+    return answer
+
+
 def killed_mid_write(where: str, effects: Path, *, dedupes: bool) -> None:
     """Run the worker until it has applied the payment, then SIGKILL it."""
     context = multiprocessing.get_context("spawn")
@@ -147,3 +172,77 @@ class TestKilledMidWrite:
         assert result.ok
         keys = [line.split()[1] for line in payments(effects)]
         assert len(keys) == 2 and len(set(keys)) == 1
+
+
+class TestRestartedHost:
+    """The host itself restarts (a stdio gateway, a worker pool): new processes, new session
+    ids. The in-flight lock is the user's (``guard.stages.idempotency.actor``), so the lock of the
+    killed process still holds the call."""
+
+    def test_a_new_process_with_a_new_session_never_runs_the_write_again(
+        self, where: str, tmp_path: Path
+    ) -> None:
+        """SIGKILL mid-write; a new process under a new session id proposes the same call:
+        IN_PROGRESS within the lease, then TIMEOUT/unknown with the killed attempt's key, and
+        replayed by a third process; one payment in all."""
+        effects = tmp_path / "payments.log"
+        killed_mid_write(where, effects, dedupes=False)
+        key = payments(effects)[0].split()[1]
+        held = in_new_process(where, effects, dedupes=False, now=START + 1)
+        assert held[:3] == ("IN_PROGRESS", "not_applied", key)
+        late = START + POLICY.claim_lease + 1
+        after = in_new_process(where, effects, dedupes=False, now=late)
+        assert after == ("TIMEOUT", "unknown", key, False)
+        again = in_new_process(where, effects, dedupes=False, now=late + 60)
+        assert again == ("TIMEOUT", "unknown", key, True)
+        assert len(payments(effects)) == 1
+
+    def test_a_backend_that_dedupes_gets_the_same_key_from_the_new_process(
+        self, where: str, tmp_path: Path
+    ) -> None:
+        """The stale lock is taken over under the killed attempt's key, so the backend sees one
+        payment; once that write completed, a later conversation is a new one and runs its own
+        (replays are per session), under a key of its own."""
+        effects = tmp_path / "payments.log"
+        killed_mid_write(where, effects, dedupes=True)
+        late = START + POLICY.claim_lease + 1
+        retried = in_new_process(where, effects, dedupes=True, now=late)
+        assert retried[0] == "OK"
+        keys = [line.split()[1] for line in payments(effects)]
+        assert len(keys) == 2 and set(keys) == {retried[2]}
+        later = in_new_process(where, effects, dedupes=True, now=late + 60)
+        assert later[0] == "OK" and later[3] is False and later[2] != retried[2]
+        assert len(payments(effects)) == 3
+
+
+class TestActors:
+    def test_anonymous_sessions_are_separate_actors(self, tmp_path: Path) -> None:
+        """Anonymous principals share an id: their writes stay keyed by session, so one
+        stranger's write never replays into another's conversation."""
+        effects = tmp_path / "payments.log"
+        guard, _ = payment_guard(
+            str(tmp_path / "g.db"), effects, dedupes=False, hang=False, now=START
+        )
+        stranger = Principal.anonymous(role="ops")
+        first = guard.session("a1", stranger).execute("pay", ARGS)
+        second = guard.session("a2", stranger).execute("pay", ARGS)
+        assert first.ok and second.ok and not second.replayed
+        assert first.idempotency_key != second.idempotency_key
+        assert len(payments(effects)) == 2
+
+    def test_a_completed_write_is_not_replayed_into_another_conversation(
+        self, tmp_path: Path
+    ) -> None:
+        """Replays are the conversation's: the same user's same write from another session,
+        after the first completed, runs under a key of its own; a repeat in either replays."""
+        effects = tmp_path / "payments.log"
+        guard, _ = payment_guard(
+            str(tmp_path / "g.db"), effects, dedupes=False, hang=False, now=START
+        )
+        first = guard.session("s1", USER).execute("pay", ARGS)
+        second = guard.session("s2", USER).execute("pay", ARGS)
+        assert first.ok and second.ok and not second.replayed
+        assert first.idempotency_key != second.idempotency_key
+        assert guard.session("s1", USER).execute("pay", ARGS).replayed
+        assert guard.session("s2", USER).execute("pay", ARGS).replayed
+        assert len(payments(effects)) == 2

@@ -7,6 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from guard.codes import Code
+from guard.result import Outcome, ToolResult
+from guard.stages.idempotency import stored
 from guard.stores import (
     Claim,
     ClaimState,
@@ -14,7 +17,7 @@ from guard.stores import (
     MemoryIdempotencyStore,
     SQLiteIdempotencyStore,
 )
-from guard.stores._rules import ABANDONED_RETENTION
+from guard.stores._rules import ABANDONED_RETENTION, UNKNOWN_MARK, outcome_unknown
 from guard.stores.redis import RedisIdempotencyStore
 from tests.guard.stores.threads import run_together
 
@@ -225,3 +228,92 @@ class TestConcurrency:
 
         claimed = [key for owned in run_together(8, work) for key in owned]
         assert sorted(claimed) == sorted(keys)
+
+
+UNKNOWN = '{"ok":false,"code":"TIMEOUT","outcome":"unknown"}'
+APPLIED = '{"ok":true,"code":"OK","outcome":"applied"}'
+
+
+def locked(store: IdempotencyStore, key: str, *, now: float, take_stale: bool = False) -> Claim:
+    return store.claim(key, "f", now=now, lease=LEASE, take_stale=take_stale, lock="lock")
+
+
+class TestLock:
+    """The actor's in-flight lock, taken and settled with a key's claim (``claim(lock=...)``)."""
+
+    def test_a_lock_held_by_another_key_answers_in_flight_and_writes_nothing(
+        self, store: IdempotencyStore
+    ) -> None:
+        """k2 is told IN_FLIGHT with k1 as holder; k2 itself stays free (claimable without it)."""
+        assert locked(store, "k1", now=0.0).state is ClaimState.CLAIMED
+        assert locked(store, "k2", now=1.0) == Claim(state=ClaimState.IN_FLIGHT, holder="k1")
+        assert claim(store, "k2", now=2.0).state is ClaimState.CLAIMED
+
+    def test_a_known_outcome_releases_the_lock(self, store: IdempotencyStore) -> None:
+        """Completing k1 as applied frees the lock for k2; k1 still replays its own result."""
+        locked(store, "k1", now=0.0)
+        store.complete("k1", "f", APPLIED, now=1.0, ttl=TTL)
+        assert locked(store, "k2", now=2.0).state is ClaimState.CLAIMED
+        assert claim(store, "k1", now=3.0).result == APPLIED
+
+    def test_release_releases_the_lock(self, store: IdempotencyStore) -> None:
+        """Nothing happened under k1: the lock goes with its claim."""
+        locked(store, "k1", now=0.0)
+        store.release("k1")
+        assert locked(store, "k2", now=1.0).state is ClaimState.CLAIMED
+
+    def test_an_unknown_outcome_stays_on_the_lock_through_its_ttl(
+        self, store: IdempotencyStore
+    ) -> None:
+        """k1 ended unknown: every other key gets that result, k1 as holder, until the ttl."""
+        locked(store, "k1", now=0.0)
+        store.complete("k1", "f", UNKNOWN, now=1.0, ttl=TTL)
+        expected = Claim(state=ClaimState.COMPLETED, result=UNKNOWN, holder="k1")
+        assert locked(store, "k2", now=1.0 + TTL) == expected
+        assert locked(store, "k3", now=2.0 + TTL).state is ClaimState.CLAIMED
+
+    def test_a_stale_lock_is_never_taken_over_by_another_key(self, store: IdempotencyStore) -> None:
+        """Even a caller that may take stale claims is told STALE: its key is not the dead one."""
+        locked(store, "k1", now=0.0)
+        answer = locked(store, "k2", now=LEASE + 1, take_stale=True)
+        assert answer == Claim(state=ClaimState.STALE, holder="k1")
+
+    def test_the_holder_takes_its_own_stale_claim_and_lock_over(
+        self, store: IdempotencyStore
+    ) -> None:
+        """The dead attempt's own key may be retried (a deduping backend matches it)."""
+        locked(store, "k1", now=0.0)
+        assert locked(store, "k1", now=LEASE + 1, take_stale=True).state is ClaimState.CLAIMED
+        assert locked(store, "k2", now=LEASE + 2).holder == "k1"
+
+    def test_a_lock_taken_over_is_not_settled_by_its_old_holder(
+        self, store: IdempotencyStore
+    ) -> None:
+        """Once k1's record is gone and k2 holds the lock, k1 completing does not free k2's lock."""
+        locked(store, "k1", now=0.0)
+        store.release("k1")
+        locked(store, "k2", now=1.0)
+        store.complete("k1", "f", APPLIED, now=2.0, ttl=TTL)
+        assert locked(store, "k3", now=3.0).holder == "k2"
+
+    def test_one_of_many_keys_takes_the_lock(self, store: IdempotencyStore) -> None:
+        """Eight sessions' keys racing for one lock: exactly one claims, the rest see it held."""
+        answers = run_together(8, lambda i: locked(store, f"k{i}", now=0.0))
+        claimed = [a for a in answers if a.state is ClaimState.CLAIMED]
+        assert len(claimed) == 1
+        holders = {a.holder for a in answers if a.state is not ClaimState.CLAIMED}
+        assert len(holders) == 1 and holders != {None}
+
+    def test_a_known_outcome_whose_data_says_unknown_still_releases(
+        self, store: IdempotencyStore
+    ) -> None:
+        """The lock reads the result's own outcome, not a value in its data that spells it."""
+        locked(store, "k1", now=0.0)
+        tricky = '{"ok":true,"data":{"outcome":"unknown"},"outcome":"applied"}'
+        store.complete("k1", "f", tricky, now=1.0, ttl=TTL)
+        assert locked(store, "k2", now=2.0).state is ClaimState.CLAIMED
+
+    def test_the_guard_spells_unknown_as_the_stores_read_it(self) -> None:
+        """``stored`` of an unknown result carries the mark the stores look for first."""
+        result = ToolResult(ok=False, code=Code.TIMEOUT, message="m", outcome=Outcome.UNKNOWN)
+        assert UNKNOWN_MARK in stored(result) and outcome_unknown(stored(result))

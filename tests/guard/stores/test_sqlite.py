@@ -128,6 +128,21 @@ class TestDurability:
             assert store.claim("k", "f", now=1.0, lease=60.0).state is ClaimState.IN_FLIGHT
             assert store.claim("k", "f", now=61.0, lease=60.0).state is ClaimState.CLAIMED
 
+    def test_a_file_made_before_locks_gains_their_columns(self, tmp_path: Path) -> None:
+        """A store opened on an older file keeps its claims and takes locks from then on."""
+        path = tmp_path / "stores.db"
+        with sqlite3.connect(path) as conn:
+            conn.execute(
+                "CREATE TABLE idempotency (key TEXT PRIMARY KEY, fingerprint TEXT NOT NULL, "
+                "result TEXT, claimed_at REAL NOT NULL, expires_at REAL NOT NULL)"
+            )
+            conn.execute("INSERT INTO idempotency VALUES ('old', 'f', '\"r\"', 0.0, 3600.0)")
+        conn.close()
+        with SQLiteIdempotencyStore(path) as store:
+            assert store.claim("old", "f", now=1.0, lease=60.0).result == '"r"'
+            assert store.claim("k1", "f", now=1.0, lease=60.0, lock="l").state == "claimed"
+            assert store.claim("k2", "f", now=2.0, lease=60.0, lock="l").holder == "k1"
+
     def test_approvals_and_counters_survive_a_restart(self, tmp_path: Path) -> None:
         """Decisions and counts written before close read back after reopening."""
         with open_sqlite_stores(tmp_path / "stores.db") as stores:
