@@ -60,6 +60,13 @@ def gateway(
         raise click.ClickException(
             "serve.http.tokens is empty: HTTP needs bearer tokens mapped to principals"
         )
+    if transport == "http":
+        from callgate.gateway.config import ConfigError
+
+        try:  # token variables are read only for HTTP: a stdio gateway starts without them
+            config.http.bearer_tokens()
+        except ConfigError as err:
+            raise click.ClickException(f"{config_path}: {err}") from err
     if transport == "stdio" and config.stdio_principal is None:
         raise click.ClickException(
             "serve.stdio.principal is not set: stdio needs one configured principal"

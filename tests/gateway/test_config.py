@@ -105,9 +105,12 @@ class TestRefused:
         assert "at least one upstream" in refusal("principals: {bot: {tools: []}}\n")
 
     def test_http_tokens_must_be_real(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        """An unset token variable and a short token are refused."""
+        """An unset token variable is refused when HTTP serves (stdio starts); a short token at once."""
         monkeypatch.delenv("NOPE", raising=False)
         unset = MINIMAL + "  http:\n    tokens:\n      - {token_env: NOPE, principal: bot}\n"
-        assert "environment variable NOPE is not set" in refusal(unset)
+        config = parse_config(unset)
+        assert config.stdio_principal == "bot"
+        with pytest.raises(ConfigError, match=r"tokens\[0\]\.token_env: environment variable NOPE"):
+            config.http.bearer_tokens()
         short = MINIMAL + "  http:\n    tokens:\n      - {token: abc, principal: bot}\n"
-        assert "at least 16 characters" in refusal(short)
+        assert "at least 16 characters" in refusal(short) and "abc" not in refusal(short)
