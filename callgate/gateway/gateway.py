@@ -19,12 +19,15 @@ import mcp_types as types
 
 from callgate.gateway.config import GatewayConfig, PrincipalConfig
 from callgate.gateway.pins import PinStore, new_pin
+from callgate.gateway.questions import Questions
 from callgate.gateway.schema import UnsupportedSchema
 from callgate.gateway.tools import GatewayTool, ToolBuild, build_tool
 from callgate.gateway.upstream import Upstream
 from guard import (
     AmountLimit,
     ApprovalNotFound,
+    Clock,
+    Code,
     Effect,
     Guard,
     Observer,
@@ -50,6 +53,16 @@ from guard.stores import (
 __all__ = ["Gateway", "GatewayError", "Stores"]
 
 log = logging.getLogger("callgate.gateway")
+
+
+_ASKS = frozenset({Code.CONFIRMATION_REQUIRED, Code.TAINTED_CONTEXT})
+
+_SESSION_TTL = 86_400.0
+"""How long a denial stands for its session: as long as the guard keeps a session's counters."""
+
+
+def _denied_key(proposal_key: str) -> str:
+    return f"gw:denied:{proposal_key}"
 
 
 class GatewayError(RuntimeError):
@@ -92,17 +105,23 @@ class Gateway:
         stores: Stores,
         pins: PinStore,
         observer: Observer | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.config = config
+        self.clock = clock
         self.stores = stores
         self.pins = pins
         self.observer = observer
         self.upstreams = [Upstream(u, on_tools=self._listed) for u in config.upstreams]
         self.entries: dict[str, GatewayTool] = {}
-        self.guard: Guard | None = None
+        self.guards: dict[str, Guard] = {}
+        """One guard per principal, each enforcing that principal's own allowlist (principals that
+        share a role share its name on spans, never each other's tools); state is in the stores."""
         self._started = False
         self._outstanding: dict[str, Outstanding] = {}
         self._resuming: dict[str, anyio.Event] = {}
+        self.questions = Questions()
+        """Approval questions asked through clients, by the nonce each answer must carry."""
 
     # -- life cycle -------------------------------------------------------------------------------
 
@@ -197,26 +216,38 @@ class Gateway:
         entry = self.entries.get(name)
         if entry is not None and entry.blocked:
             self._recheck_pin(entry)
-        guard = self.guard
-        assert guard is not None, "start() first"
+        guard = self.guards[principal]
         session = guard.session(session_id, self.principal(principal))
         result = await session.aexecute(name, dict(arguments or {}), call_id=call_id)
-        if (
-            result.approval_id is not None
-            and not result.ok
-            and result.approval_id not in self._outstanding
-        ):
-            action = guard.pending(result.approval_id)
-            if action is not None and action.state is ApprovalState.PENDING:
-                self._outstanding[action.id] = Outstanding(
-                    approval_id=action.id, session_id=session_id, principal=principal
-                )
+        if result.approval_id is None or result.ok or result.code not in _ASKS:
+            return result
+        action = guard.pending(result.approval_id)
+        if action is None or action.state is not ApprovalState.PENDING:
+            return result
+        if self.stores.counters.get(_denied_key(action.proposal_key), now=self.now()):
+            # A human already said no to exactly this in this session: answer that, ask nobody.
+            return guard.deny(action.id, by="gateway: denied before in this session")
+        self._outstanding.setdefault(
+            action.id,
+            Outstanding(approval_id=action.id, session_id=session_id, principal=principal),
+        )
         return result
 
+    def now(self) -> float:
+        return self.clock.now() if self.clock is not None else time.time()
+
+    def remember_denied(self, action: PendingAction) -> None:
+        """Re-proposing a denied call in its session answers CONFIRMATION_DENIED from now on."""
+        if action.state is ApprovalState.DENIED:
+            ttl = self.config.policy.confirmation_ttl + _SESSION_TTL
+            self.stores.counters.incr(_denied_key(action.proposal_key), now=self.now(), ttl=ttl)
+
     def adopt(self, actions: list[PendingAction]) -> int:
-        """Watch pending actions an earlier gateway process left in the store; how many."""
+        """Watch pending actions an earlier gateway process left in the store, and remember the
+        denied ones; how many are watched."""
         adopted = 0
         for action in actions:
+            self.remember_denied(action)
             if action.state is ApprovalState.PENDING and action.tool in self.entries:
                 self._outstanding[action.id] = Outstanding(
                     approval_id=action.id,
@@ -231,20 +262,22 @@ class Gateway:
 
     async def decide(self, approval_id: str, *, approve: bool, by: str) -> ToolResult:
         """A human decided through the client (elicitation): record it and run or end the call."""
-        guard = self.guard
-        assert guard is not None
+        action = self.stores.approvals.get(approval_id)
+        if action is None:
+            raise ApprovalNotFound(approval_id)
+        guard = self.guards[action.principal_id]
         self._outstanding.pop(approval_id, None)
         if approve:
             return await guard.aapprove(approval_id, by=by)
-        return guard.deny(approval_id, by=by)
+        result = guard.deny(approval_id, by=by)
+        if (denied := self.stores.approvals.get(approval_id)) is not None:
+            self.remember_denied(denied)
+        return result
 
     async def run_decided(self) -> list[ToolResult]:
         """Resume every watched approval that was decided (or expired) elsewhere."""
-        guard = self.guard
-        if guard is None:
-            return []
         results = []
-        now = time.time()
+        now = self.now()
         for approval_id in list(self._outstanding):
             action = self.stores.approvals.get(approval_id)
             if action is None:
@@ -254,6 +287,11 @@ class Gateway:
                 continue
             if self._outstanding.pop(approval_id, None) is None:
                 continue  # the watcher and a call raced: the other one resumes it
+            guard = self.guards.get(action.principal_id)
+            if guard is None:  # a principal the config no longer names: nothing may run for it
+                log.warning("approval %s is for unknown principal; not run", approval_id)
+                continue
+            self.remember_denied(action)
             done = self._resuming[approval_id] = anyio.Event()
             try:
                 # Already decided: the store returns the decision unchanged and the guard acts on it.
@@ -346,15 +384,20 @@ class Gateway:
             specs.append(entry.spec)
             if entry.limit is not None and not entry.blocked:
                 limits.append(entry.limit)
-        self.guard = Guard(
-            tools=specs,
-            policy=self._policy(specs, limits),
-            idempotency=self.stores.idempotency,
-            approvals=self.stores.approvals,
-            counters=self.stores.counters,
-            observer=self.observer,
-            shadow=self._shadow(specs),
-        )
+        shadow = self._shadow(specs)
+        self.guards = {
+            name: Guard(
+                tools=specs,
+                policy=self._policy(principal, specs, limits),
+                idempotency=self.stores.idempotency,
+                approvals=self.stores.approvals,
+                counters=self.stores.counters,
+                observer=self.observer,
+                clock=self.clock,
+                shadow=shadow,
+            )
+            for name, principal in self.config.principals.items()
+        }
 
     def _shadow(self, specs: list[ToolSpec]) -> bool | frozenset[str]:
         shadow = self.config.policy.shadow
@@ -362,18 +405,17 @@ class Gateway:
             return shadow
         return frozenset(shadow) & {spec.name for spec in specs}
 
-    def _policy(self, specs: list[ToolSpec], limits: list[AmountLimit]) -> Policy:
+    def _policy(
+        self, principal: PrincipalConfig, specs: list[ToolSpec], limits: list[AmountLimit]
+    ) -> Policy:
+        """The guard policy of one principal: its own allowlist under its role's name."""
         policy = self.config.policy
-        roles: dict[str, RolePolicy] = {}
-        for principal in self.config.principals.values():
-            names = self._names_for(principal)
-            role = principal.role or principal.name
-            tools = frozenset(n for n in names if n in self.entries) | (
-                roles[role].tools if role in roles else frozenset()
-            )
-            roles[role] = RolePolicy(
+        tools = frozenset(n for n in self._names_for(principal) if n in self.entries)
+        roles = {
+            principal.role or principal.name: RolePolicy(
                 tools=tools, limits=tuple(limit for limit in limits if limit.tool in tools)
             )
+        }
         worst = max(
             (
                 (s.timeout or 0) * s.retry.attempts + s.retry.max_delay * (s.retry.attempts - 1)
@@ -392,6 +434,8 @@ class Gateway:
                 else None
             ),
             max_invalid_in_a_row=policy.max_invalid_in_a_row,
+            invalid_streak_ttl=policy.validation_cooldown,
+            max_argument_bytes=policy.max_argument_bytes,
             max_identical_calls=policy.max_identical_calls,
             confirm_at=policy.confirm_at,
             confirmation_ttl=policy.confirmation_ttl,

@@ -19,8 +19,8 @@ from callgate.gateway.config import GatewayConfig
 from callgate.gateway.gateway import Gateway, Stores
 from callgate.gateway.pins import open_pin_store
 from callgate.gateway.server import build_server
-from guard import Observer
-from guard.stores import ApprovalState
+from callgate.gateway.sessions import session_of
+from guard import Clock, Observer
 
 __all__ = ["is_loopback", "running", "serve_http", "serve_stdio"]
 
@@ -33,7 +33,7 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 @asynccontextmanager
 async def running(
-    config: GatewayConfig, *, observer: Observer | None = None
+    config: GatewayConfig, *, observer: Observer | None = None, clock: Clock | None = None
 ) -> AsyncIterator[Gateway]:
     """A started gateway (upstreams connected, pins checked, approvals watched) until the block ends."""
     opened: OpenStores | None = open_stores(config.store) if config.store else None
@@ -46,11 +46,11 @@ async def running(
             pins = open_pin_store(opened.spec, redis_client)
         else:
             stores, pins = Stores.memory(), open_pin_store(None)
-        gateway = Gateway(config, stores=stores, pins=pins, observer=observer)
+        gateway = Gateway(config, stores=stores, pins=pins, observer=observer, clock=clock)
         async with anyio.create_task_group() as group:
             await gateway.start(group)
             if opened is not None:  # a restart keeps watching what the last process left pending
-                gateway.adopt(list_actions(opened, state=ApprovalState.PENDING))
+                gateway.adopt(list_actions(opened))  # pending to watch, denied to remember
             group.start_soon(gateway.watch_approvals)
             try:
                 yield gateway
@@ -68,7 +68,7 @@ async def serve_stdio(gateway: Gateway) -> None:
     if principal is None:
         raise ValueError("serve.stdio.principal is not set: stdio needs one configured principal")
     session_id = f"stdio-{uuid.uuid4().hex[:16]}"
-    server = build_server(gateway, lambda ctx: (principal, session_id))
+    server = build_server(gateway, lambda ctx: (principal, session_of(ctx, principal, session_id)))
     async with stdio_server() as (read_stream, write_stream):
         await server.run(read_stream, write_stream, server.create_initialization_options())
 
@@ -110,8 +110,8 @@ async def serve_http(
         principal = _principal(tokens, headers.get("authorization"))
         if principal is None:  # the middleware let nobody through without a token; belt and braces
             raise PermissionError("no valid bearer token")
-        session = headers.get("mcp-session-id") or f"http:{principal}"
-        return principal, session
+        transport = headers.get("mcp-session-id") or f"http:{principal}"
+        return principal, session_of(ctx, principal, transport)
 
     server = build_server(gateway, identity)
     app = server.streamable_http_app(streamable_http_path=http.path, host=host)
