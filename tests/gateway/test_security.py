@@ -119,9 +119,11 @@ class TestSelfApproval:
         asked: list[str] = []
 
         async def scenario() -> None:
-            async with started(text, tmp_path) as gateway:
-                async with client(gateway, elicit=answering(True, asked), mode=mode) as bot:
-                    result = payload(await bot.call_tool("shop_refund", REFUND))
+            async with (
+                started(text, tmp_path) as gateway,
+                client(gateway, elicit=answering(True, asked), mode=mode) as bot,
+            ):
+                result = payload(await bot.call_tool("shop_refund", REFUND))
             assert result["code"] == "CONFIRMATION_REQUIRED"
             assert asked == [] and effects(tmp_path) == []
 
@@ -142,12 +144,14 @@ class TestPrincipals:
         )
 
         async def scenario() -> None:
-            async with started(text, tmp_path) as gateway:
-                async with client(gateway, principal="reader") as reader:
-                    listed = [t.name for t in (await reader.list_tools()).tools]
-                    refund = payload(await reader.call_tool("shop_refund", REFUND))
-                    wipe = payload(await reader.call_tool("shop_wipe", {"target": "all"}))
-                    unknown = payload(await reader.call_tool("shop_nope", {}))
+            async with (
+                started(text, tmp_path) as gateway,
+                client(gateway, principal="reader") as reader,
+            ):
+                listed = [t.name for t in (await reader.list_tools()).tools]
+                refund = payload(await reader.call_tool("shop_refund", REFUND))
+                wipe = payload(await reader.call_tool("shop_wipe", {"target": "all"}))
+                unknown = payload(await reader.call_tool("shop_nope", {}))
             assert listed == ["shop_get_order"]
             assert refund["code"] == wipe["code"] == "TOOL_NOT_ALLOWED"
             assert unknown["code"] == "UNKNOWN_TOOL"
@@ -174,26 +178,24 @@ class TestSessions:
         session two writes untainted, calls freely, and its identical refund waits for a human."""
 
         async def scenario() -> None:
-            async with started(shop_config(tmp_path), tmp_path) as gateway:
-                async with (
-                    client(gateway, session="s1", elicit=answering(True, [])) as one,
-                    client(gateway, session="s2") as two,
-                ):
-                    assert payload(await one.call_tool("shop_refund", REFUND))["code"] == "OK"
-                    await one.call_tool("shop_fetch_page", {"url": "https://example.com"})
-                    for _ in range(4):
-                        await one.call_tool("shop_get_order", {"order_id": "L"})
-                    for _ in range(3):
-                        await one.call_tool("shop_get_order", {"order_id": 7})
-                    locked = payload(await one.call_tool("shop_get_order", {"order_id": "M"}))
-                    note = payload(
-                        await two.call_tool("shop_add_note", {"order_id": "N", "text": "t"})
-                    )
-                    loops = [
-                        payload(await two.call_tool("shop_get_order", {"order_id": "L"}))["code"]
-                        for _ in range(3)
-                    ]
-                    twin = payload(await two.call_tool("shop_refund", REFUND))
+            async with (
+                started(shop_config(tmp_path), tmp_path) as gateway,
+                client(gateway, session="s1", elicit=answering(True, [])) as one,
+                client(gateway, session="s2") as two,
+            ):
+                assert payload(await one.call_tool("shop_refund", REFUND))["code"] == "OK"
+                await one.call_tool("shop_fetch_page", {"url": "https://example.com"})
+                for _ in range(4):
+                    await one.call_tool("shop_get_order", {"order_id": "L"})
+                for _ in range(3):
+                    await one.call_tool("shop_get_order", {"order_id": 7})
+                locked = payload(await one.call_tool("shop_get_order", {"order_id": "M"}))
+                note = payload(await two.call_tool("shop_add_note", {"order_id": "N", "text": "t"}))
+                loops = [
+                    payload(await two.call_tool("shop_get_order", {"order_id": "L"}))["code"]
+                    for _ in range(3)
+                ]
+                twin = payload(await two.call_tool("shop_refund", REFUND))
             assert locked["code"] == "VALIDATION_BUDGET_EXHAUSTED"
             assert note["code"] == "OK" and loops == ["OK", "OK", "OK"]
             assert twin["code"] == "CONFIRMATION_REQUIRED" and "replayed" not in twin
@@ -276,10 +278,12 @@ class TestDenied:
         asked: list[str] = []
 
         async def scenario() -> None:
-            async with started(shop_config(tmp_path), tmp_path) as gateway:
-                async with client(gateway, elicit=answering(False, asked)) as bot:
-                    first = payload(await bot.call_tool("shop_refund", REFUND))
-                    again = payload(await bot.call_tool("shop_refund", REFUND))
+            async with (
+                started(shop_config(tmp_path), tmp_path) as gateway,
+                client(gateway, elicit=answering(False, asked)) as bot,
+            ):
+                first = payload(await bot.call_tool("shop_refund", REFUND))
+                again = payload(await bot.call_tool("shop_refund", REFUND))
             assert first["code"] == again["code"] == "CONFIRMATION_DENIED"
             assert len(asked) == 1 and effects(tmp_path) == []
 

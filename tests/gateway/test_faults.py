@@ -1,0 +1,73 @@
+"""Upstream faults sorted by what they say about the world: refused, lost, or never sent.
+
+A write is "outcome unknown" only when it may have reached the upstream; a JSON-RPC error is a
+refusal whatever its code; a connection that died between calls is reconnected before anything is
+sent. Side effects and calls are counted on the upstreams themselves.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import anyio
+
+from tests.gateway.clients import client, payload, started
+from tests.gateway.conftest import HERE, effects, shop_config
+
+
+class TestJsonRpcErrors:
+    """-32000 and -32001 from an upstream are its answer, not a lost connection or a timeout."""
+
+    def test_the_sdk_s_own_codes_from_an_upstream_are_refusals(self, tmp_path: Path) -> None:
+        """A read is sent once (not retried); a write is refused, not 'outcome unknown'."""
+        calls = tmp_path / "calls.txt"
+        text = shop_config(tmp_path).replace(
+            "upstreams:\n",
+            f"upstreams:\n  broken:\n    command: [python, {HERE / 'broken_upstream.py'}]\n"
+            f'    env: {{BROKEN_CALLS: "{calls}"}}\n'
+            "    tools:\n      refuse_closed: {effect: read}\n"
+            "      refuse_timeout: {effect: write, risk: low}\n",
+        )
+
+        async def scenario() -> None:
+            async with started(text, tmp_path) as gateway, client(gateway) as bot:
+                read = payload(await bot.call_tool("refuse_closed", {}))
+                write = payload(await bot.call_tool("refuse_timeout", {}))
+                after = payload(await bot.call_tool("shop_get_order", {"order_id": "A"}))
+            assert read["code"] == "UPSTREAM_REJECTED" and "-32000" in read["message"]
+            assert write["code"] == "UPSTREAM_REJECTED" and write.get("outcome") != "unknown"
+            assert calls.read_text().splitlines() == ["refuse_closed", "refuse_timeout"]
+            assert after["code"] == "OK"
+
+        anyio.run(scenario)
+
+
+class TestNeverSent:
+    """A write after the upstream died between calls goes to the restarted upstream, once."""
+
+    def test_a_write_after_a_crash_between_calls_runs_on_the_restarted_upstream(
+        self, tmp_path: Path
+    ) -> None:
+        """The shop is killed from outside; the next non-idempotent write runs once, not 'unknown'."""
+        pid_file = tmp_path / "pid.txt"
+        text = shop_config(tmp_path, timeout=10, extra_tools="      wipe: {risk: low}").replace(
+            "    env: {", f'    env: {{SHOP_PID_FILE: "{pid_file}", '
+        )
+
+        async def scenario() -> None:
+            async with started(text, tmp_path) as gateway, client(gateway) as bot:
+                first = payload(await bot.call_tool("shop_wipe", {"target": "one"}))
+                shop = gateway.upstreams[0]
+                ended = shop._ended
+                assert ended is not None
+                os.kill(int(pid_file.read_text()), signal.SIGKILL)
+                with anyio.fail_after(20):
+                    await ended.wait()  # the gateway saw the connection end
+                second = payload(await bot.call_tool("shop_wipe", {"target": "two"}))
+            assert first["code"] == "OK"
+            assert second["code"] == "OK", second
+            assert effects(tmp_path) == ["wipe one", "wipe two"]
+
+        anyio.run(scenario)
