@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, create_model, model
 
 from callgate.gateway.config import ToolConfig, UpstreamConfig
 from callgate.gateway.schema import model_from_schema
-from callgate.gateway.upstream import Upstream, UpstreamRefused
+from callgate.gateway.upstream import TooLarge, Upstream, UpstreamRefused
 from guard import (
     AmountLimit,
     CheckContext,
@@ -190,6 +190,10 @@ def _handler(
                 f"The service refused the call ({refused.code}): {_clip(refused.message)}. "
                 "Nothing was done.",
             ) from refused
+        except TooLarge as big:  # dropped as it arrived, never parsed
+            raise _unreadable(
+                entry.exposed, is_write, f"a result over {limit_bytes} bytes"
+            ) from big
         except ValidationError as malformed:  # the SDK could not read the upstream's answer
             raise _unreadable(entry.exposed, is_write, "a malformed result") from malformed
         return to_data(

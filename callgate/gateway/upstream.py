@@ -33,14 +33,15 @@ import httpx2
 import mcp_types as types
 from mcp import Client, StdioServerParameters
 from mcp.client._transport import TransportStreams
-from mcp.client.stdio import get_default_environment, stdio_client
+from mcp.client.stdio import get_default_environment
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
+from callgate.gateway._stdio import TooLarge, bounded_stdio_client, too_large
 from callgate.gateway._wire import watched
 from callgate.gateway.config import UpstreamConfig
 
-__all__ = ["Upstream", "UpstreamLost", "UpstreamRefused"]
+__all__ = ["TooLarge", "Upstream", "UpstreamLost", "UpstreamRefused"]
 
 log = logging.getLogger("callgate.gateway")
 
@@ -127,6 +128,8 @@ class Upstream:
         except TimeoutError:
             raise TimeoutError(f"{self.name} did not answer {name} in time") from None
         except MCPError as err:
+            if (limit := too_large(err)) is not None:
+                raise TooLarge(limit) from None
             if err.code == types.CONNECTION_CLOSED and await self._closed(ended, err):
                 self._lost(client)
                 raise UpstreamLost(f"{self.name} closed the connection during {name}") from err
@@ -255,13 +258,14 @@ class Upstream:
         command, *args = config.command
         if command in ("python", "python3"):
             command = sys.executable  # the gateway's own interpreter, venv included
-        return stdio_client(
+        return bounded_stdio_client(
             StdioServerParameters(
                 command=command,
                 args=args,
                 env={**get_default_environment(), **_inherited(), **config.env},
                 cwd=config.cwd,
-            )
+            ),
+            max_line=config.max_result_bytes + _ENVELOPE,
         )
 
     async def _list(self, client: Client) -> list[types.Tool]:
@@ -298,6 +302,10 @@ class Upstream:
             self._client = None
             if self._stop is not None:
                 self._stop.set()
+
+
+_ENVELOPE = 4096
+"""Bytes of a response line beyond its result (the JSON-RPC envelope) allowed over the limit."""
 
 
 def _inherited() -> dict[str, str]:

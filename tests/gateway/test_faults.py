@@ -8,6 +8,7 @@ sent. Side effects and calls are counted on the upstreams themselves.
 from __future__ import annotations
 
 import os
+import resource
 import signal
 from pathlib import Path
 
@@ -71,3 +72,32 @@ class TestNeverSent:
             assert effects(tmp_path) == ["wipe one", "wipe two"]
 
         anyio.run(scenario)
+
+
+class TestOversized:
+    """A result over max_result_bytes is dropped as it arrives, never held nor parsed whole."""
+
+    def test_a_50_mb_result_costs_no_more_than_a_few_megabytes(self, tmp_path: Path) -> None:
+        """Both id placements: UPSTREAM_REJECTED, peak RSS grows < 60 MB, the next call answers."""
+        calls = tmp_path / "calls.txt"
+        text = shop_config(tmp_path).replace(
+            "upstreams:\n",
+            f"upstreams:\n  big:\n    command: [python, {HERE / 'big_upstream.py'}]\n"
+            f'    env: {{BIG_CALLS: "{calls}", BIG_MB: "50"}}\n    timeout: 60\n',
+        )
+
+        async def scenario() -> tuple[dict[str, object], ...]:
+            async with started(text, tmp_path) as gateway, client(gateway) as bot:
+                last = payload(await bot.call_tool("blob", {}))
+                first = payload(await bot.call_tool("blob_first", {}))
+                small = payload(await bot.call_tool("small", {}))
+            return last, first, small
+
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+        last, first, small = anyio.run(scenario)
+        grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+        assert last["code"] == first["code"] == "UPSTREAM_REJECTED"
+        assert "over 1000000 bytes" in str(last["message"])
+        assert small["code"] == "OK"
+        assert calls.read_text().splitlines() == ["blob", "blob_first", "small"]  # none retried
+        assert grown_mb < 60, grown_mb
