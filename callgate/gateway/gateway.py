@@ -138,6 +138,16 @@ class Gateway:
         self._check_allowlists()
         self._rebuild()
         self._started = True
+        for upstream in self.upstreams:
+            if upstream.tools and all(tool.annotations is None for tool in upstream.tools):
+                log.warning(
+                    "upstream %s declares no annotations: its %d tools count as destructive "
+                    "writes, so every call of them (reads too) waits for a human at confirm_at "
+                    "%s; set effect: read per tool in the config",
+                    upstream.name,
+                    len(upstream.tools),
+                    self.config.policy.confirm_at,
+                )
 
     async def stop(self) -> None:
         for upstream in self.upstreams:

@@ -7,12 +7,14 @@ sent. Side effects and calls are counted on the upstreams themselves.
 
 from __future__ import annotations
 
+import logging
 import os
 import resource
 import signal
 from pathlib import Path
 
 import anyio
+import pytest
 
 from tests.gateway.clients import client, payload, started
 from tests.gateway.conftest import HERE, effects, shop_config
@@ -101,3 +103,28 @@ class TestOversized:
         assert small["code"] == "OK"
         assert calls.read_text().splitlines() == ["blob", "blob_first", "small"]  # none retried
         assert grown_mb < 60, grown_mb
+
+
+class TestStartupNotes:
+    """What the gateway says at startup about an upstream, without refusing it."""
+
+    def test_an_unannotated_upstream_is_named_at_startup(
+        self, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """No hints at all: a warning says every call will wait for a human, and how to change it."""
+        text = shop_config(tmp_path).replace(
+            "upstreams:\n",
+            f"upstreams:\n  plain:\n    command: [python, {HERE / 'plain_upstream.py'}]\n",
+        )
+
+        async def scenario() -> dict[str, object]:
+            async with started(text, tmp_path) as gateway, client(gateway) as bot:
+                return payload(await bot.call_tool("lookup", {"key": "k"}))
+
+        with caplog.at_level(logging.WARNING, logger="callgate.gateway"):
+            looked_up = anyio.run(scenario)
+        warned = [
+            r.getMessage() for r in caplog.records if "declares no annotations" in r.getMessage()
+        ]
+        assert len(warned) == 1 and "plain" in warned[0] and "effect: read" in warned[0]
+        assert looked_up["code"] == "CONFIRMATION_REQUIRED"
