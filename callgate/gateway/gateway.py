@@ -18,7 +18,7 @@ import anyio.abc
 import mcp_types as types
 
 from callgate.gateway.config import GatewayConfig, PrincipalConfig
-from callgate.gateway.pins import PinStore, new_pin
+from callgate.gateway.pins import PinStore, definition_hash, instructions, review
 from callgate.gateway.questions import Questions
 from callgate.gateway.schema import UnsupportedSchema
 from callgate.gateway.tools import GatewayTool, ToolBuild, build_tool
@@ -30,6 +30,7 @@ from guard import (
     Code,
     Effect,
     Guard,
+    GuardError,
     Observer,
     Policy,
     Principal,
@@ -183,6 +184,8 @@ class Gateway:
 
     def listing(self, principal: str) -> list[types.Tool]:
         """``tools/list`` for ``principal``: the upstream's schema, annotations from the real policy."""
+        for entry in [e for e in self.entries.values() if e.blocked]:
+            self._recheck_pin(entry)  # re-pinned since: listed again, no blind call needed
         tools = []
         for entry in self.allowed(principal):
             spec = entry.spec
@@ -326,22 +329,25 @@ class Gateway:
             definition = tool.model_dump(mode="json", by_alias=True, exclude_none=True)
             definition.pop("_meta", None)
             key = f"{upstream.name}/{tool.name}"
-            pin = self.pins.add(new_pin(key, definition, by="gateway (first seen)"))
-            current = new_pin(key, definition, by="").hash
+            exposed = config.exposed(tool.name)
+            verdict = review(self.pins, key, exposed, definition, instructions(definition))
             entry = GatewayTool(
-                exposed=config.exposed(tool.name),
+                exposed=exposed,
                 upstream=upstream,
                 upstream_name=tool.name,
                 definition=definition,
                 pin_key=key,
-                current_hash=current,
-                blocked=pin.hash != current,
+                current_hash=definition_hash(definition),
+                blocked=verdict.blocked,
+                pins_seen=verdict.seen,
             )
             if entry.blocked:
-                log.warning("tool %s changed since it was pinned: blocked", entry.exposed)
+                log.warning("tool %s is blocked: %s", entry.exposed, verdict.why)
             try:
                 entry.spec, entry.limit = build_tool(entry, tool, config, self._build())
-            except (UnsupportedSchema, ValueError) as err:
+            except (UnsupportedSchema, ValueError, GuardError) as err:
+                # Whatever one tool's definition holds, it refuses that tool, never the re-index:
+                # the other tools' pins must still be checked.
                 if refuse:
                     problems.append(str(err))
                     continue
@@ -375,10 +381,13 @@ class Gateway:
         self._rebuild()
 
     def _recheck_pin(self, entry: GatewayTool) -> None:
-        """An operator may have re-pinned a blocked tool since: unblock it and rebuild."""
-        pin = self.pins.get(entry.pin_key)
-        if pin is not None and pin.hash == entry.current_hash:
-            log.info("tool %s re-pinned: unblocked", entry.exposed)
+        """An operator may have re-pinned a blocked tool since: re-judge it, and rebuild."""
+        seen = (
+            pin.hash if (pin := self.pins.get(entry.pin_key)) is not None else None,
+            owner.hash if (owner := self.pins.get(f"name:{entry.exposed}")) is not None else None,
+        )
+        if seen != entry.pins_seen:
+            log.info("tool %s re-pinned: judged again", entry.exposed)
             self._index(entry.upstream, refuse=False)
             self._rebuild()
 

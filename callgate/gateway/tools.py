@@ -55,7 +55,9 @@ class GatewayTool:
     current_hash: str
     """The hash of the definition listed now."""
     blocked: bool = False
-    """The definition no longer matches its pin."""
+    """The definition no longer matches its pins (see ``pins.review``)."""
+    pins_seen: tuple[str | None, str | None] = (None, None)
+    """The pins as found when it was indexed: when they change, an operator re-pinned."""
     spec: ToolSpec | None = None
     limit: AmountLimit | None = None
     """Its amount limit, for the policy."""
