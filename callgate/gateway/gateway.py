@@ -121,6 +121,10 @@ class Gateway:
         self._started = False
         self._outstanding: dict[str, Outstanding] = {}
         self._resuming: dict[str, anyio.Event] = {}
+        self.listeners: dict[int, Any] = {}
+        """Downstream sessions told ``notifications/tools/list_changed`` when the listing changes."""
+        self._listed_as: frozenset[tuple[str, bool, str]] = frozenset()
+        self._group: anyio.abc.TaskGroup | None = None
         self.questions = Questions()
         """Approval questions asked through clients, by the nonce each answer must carry."""
 
@@ -128,6 +132,7 @@ class Gateway:
 
     async def start(self, group: anyio.abc.TaskGroup) -> None:
         """Connect every upstream, pin or check each definition, build the guard; ``GatewayError`` if not."""
+        self._group = group
         for upstream in self.upstreams:
             try:
                 await upstream.start(group)
@@ -240,11 +245,35 @@ class Gateway:
         if self.stores.counters.get(_denied_key(action.proposal_key), now=self.now()):
             # A human already said no to exactly this in this session: answer that, ask nobody.
             return guard.deny(action.id, by="gateway: denied before in this session")
+        if not await self._still_current(name):
+            # The definition changed upstream since the call was checked: no human is asked to
+            # approve a call to a tool that is no longer what was reviewed.
+            guard.deny(action.id, by="gateway: the tool's definition changed")
+            again = self.guards[principal].session(session_id, self.principal(principal))
+            return await again.aexecute(name, dict(arguments or {}), call_id=call_id)
         self._outstanding.setdefault(
             action.id,
             Outstanding(approval_id=action.id, session_id=session_id, principal=principal),
         )
         return result
+
+    async def _still_current(self, name: str) -> bool:
+        """List the tool's upstream again (a re-index blocks a changed definition); False if blocked."""
+        entry = self.entries.get(name)
+        if entry is None:
+            return False
+        try:
+            await entry.upstream.relist()
+        except Exception:  # unreachable now: the call re-checks its pin when it runs
+            log.warning("could not re-list %s before asking", entry.upstream.name, exc_info=True)
+        now = self.entries.get(name)
+        return now is not None and not now.blocked
+
+    async def _announce(self, key: int, session: Any) -> None:
+        try:
+            await session.send_tool_list_changed()
+        except Exception:  # a client that went away: forget it
+            self.listeners.pop(key, None)
 
     def now(self) -> float:
         return self.clock.now() if self.clock is not None else time.time()
@@ -395,6 +424,11 @@ class Gateway:
         return ToolBuild(counters=self.stores.counters, current=lambda name: self.entries.get(name))
 
     def _rebuild(self) -> None:
+        listed = frozenset((e.exposed, e.blocked, e.current_hash) for e in self.entries.values())
+        if self._started and listed != self._listed_as and self._group is not None:
+            for key, session in list(self.listeners.items()):  # the clients re-list and see it
+                self._group.start_soon(self._announce, key, session)
+        self._listed_as = listed
         specs: list[ToolSpec] = []
         limits: list[AmountLimit] = []
         for entry in self.entries.values():

@@ -12,6 +12,7 @@ from typing import Any
 
 import anyio
 from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel.server import NotificationOptions
 from mcp.server.stdio import stdio_server
 
 from callgate.approvals import OpenStores, list_actions, open_stores
@@ -70,7 +71,8 @@ async def serve_stdio(gateway: Gateway) -> None:
     session_id = f"stdio-{uuid.uuid4().hex[:16]}"
     server = build_server(gateway, lambda ctx: (principal, session_of(ctx, principal, session_id)))
     async with stdio_server() as (read_stream, write_stream):
-        await server.run(read_stream, write_stream, server.create_initialization_options())
+        options = server.create_initialization_options(NotificationOptions(tools_changed=True))
+        await server.run(read_stream, write_stream, options)
 
 
 def is_loopback(host: str) -> bool:

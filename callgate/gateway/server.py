@@ -78,6 +78,10 @@ def build_server(
         ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
         principal, _ = identity(ctx)
+        if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS and ctx.session.can_send_request:
+            # One per connection (the session object is per request; its notifications go out
+            # on the connection): told when the listing changes.
+            gateway.listeners[id(getattr(ctx.session, "_connection", ctx.session))] = ctx.session
         return types.ListToolsResult(tools=gateway.listing(principal))
 
     async def call_tool(
