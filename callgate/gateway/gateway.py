@@ -220,11 +220,16 @@ class Gateway:
         principal: str,
         session_id: str,
         name: str,
-        arguments: Mapping[str, Any] | None,
+        arguments: Mapping[str, Any] | str | None,
         *,
         call_id: str | None = None,
     ) -> ToolResult:
-        """One ``tools/call`` through the whole pipeline. Never raises for anything the client sent."""
+        """One ``tools/call`` through the whole pipeline. Never raises for anything the client sent.
+
+        ``arguments`` is text when the transport kept the client's own (duplicate keys: see
+        ``_json``), so the guard's parse stage refuses it."""
+        if not isinstance(arguments, str):
+            arguments = dict(arguments or {})
         if self._outstanding:
             await self.run_decided()
         for running in list(self._resuming.values()):
@@ -236,7 +241,7 @@ class Gateway:
             self._recheck_pin(entry)
         guard = self.guards[principal]
         session = guard.session(session_id, self.principal(principal))
-        result = await session.aexecute(name, dict(arguments or {}), call_id=call_id)
+        result = await session.aexecute(name, arguments, call_id=call_id)
         if result.approval_id is None or result.ok or result.code not in _ASKS:
             return result
         action = guard.pending(result.approval_id)
@@ -250,7 +255,7 @@ class Gateway:
             # approve a call to a tool that is no longer what was reviewed.
             guard.deny(action.id, by="gateway: the tool's definition changed")
             again = self.guards[principal].session(session_id, self.principal(principal))
-            return await again.aexecute(name, dict(arguments or {}), call_id=call_id)
+            return await again.aexecute(name, arguments, call_id=call_id)
         self._outstanding.setdefault(
             action.id,
             Outstanding(approval_id=action.id, session_id=session_id, principal=principal),

@@ -16,6 +16,7 @@ from mcp.server.lowlevel.server import NotificationOptions
 from mcp.server.stdio import stdio_server
 
 from callgate.approvals import OpenStores, list_actions, open_stores
+from callgate.gateway._downstream import DuplicateKeys, FilteredLines
 from callgate.gateway.config import GatewayConfig
 from callgate.gateway.gateway import Gateway, Stores
 from callgate.gateway.pins import open_pin_store
@@ -70,7 +71,8 @@ async def serve_stdio(gateway: Gateway) -> None:
         raise ValueError("serve.stdio.principal is not set: stdio needs one configured principal")
     session_id = f"stdio-{uuid.uuid4().hex[:16]}"
     server = build_server(gateway, lambda ctx: (principal, session_of(ctx, principal, session_id)))
-    async with stdio_server() as (read_stream, write_stream):
+    # Duplicate JSON keys are caught in the raw text, before the SDK's parser merges them.
+    async with stdio_server(stdin=FilteredLines()) as (read_stream, write_stream):  # type: ignore[arg-type]
         options = server.create_initialization_options(NotificationOptions(tools_changed=True))
         await server.run(read_stream, write_stream, options)
 
@@ -117,7 +119,7 @@ async def serve_http(
 
     server = build_server(gateway, identity)
     app = server.streamable_http_app(streamable_http_path=http.path, host=host)
-    guarded = _BearerAuth(app, tokens)
+    guarded = _BearerAuth(DuplicateKeys(app), tokens)
     uv = uvicorn.Server(
         uvicorn.Config(guarded, host=host, port=port, log_level="warning", lifespan="on")
     )

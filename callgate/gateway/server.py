@@ -33,6 +33,7 @@ from mcp.server import Server
 from mcp.server.context import ServerRequestContext
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from callgate.gateway._json import RAW_ARGUMENTS_KEY
 from callgate.gateway.gateway import Gateway
 from callgate.gateway.questions import Question
 from guard import Code, ToolResult
@@ -94,9 +95,9 @@ def build_server(
             if answered is not None:
                 return render(answered)
         call_id = str(ctx.request_id) if ctx.request_id is not None else None
-        result = await gateway.call(
-            principal, session_id, params.name, params.arguments, call_id=call_id
-        )
+        raw = (params.meta or {}).get(RAW_ARGUMENTS_KEY)  # set only by the transport (_json)
+        arguments = raw if isinstance(raw, str) else params.arguments
+        result = await gateway.call(principal, session_id, params.name, arguments, call_id=call_id)
         asked_already = params.request_state is not None  # the human cancelled: do not ask again
         if (
             result.code not in _ASKS
