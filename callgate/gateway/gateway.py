@@ -19,6 +19,7 @@ import mcp_types as types
 
 from callgate.gateway.config import GatewayConfig, PrincipalConfig
 from callgate.gateway.pins import PinStore, definition_hash, instructions, review
+from callgate.gateway.policy import principal_policy
 from callgate.gateway.questions import Questions
 from callgate.gateway.schema import UnsupportedSchema
 from callgate.gateway.tools import GatewayTool, ToolBuild, build_tool
@@ -34,9 +35,7 @@ from guard import (
     Observer,
     Policy,
     Principal,
-    RateLimit,
     Risk,
-    RolePolicy,
     ToolResult,
     ToolSpec,
 )
@@ -467,38 +466,9 @@ class Gateway:
         self, principal: PrincipalConfig, specs: list[ToolSpec], limits: list[AmountLimit]
     ) -> Policy:
         """The guard policy of one principal: its own allowlist under its role's name."""
-        policy = self.config.policy
         tools = frozenset(n for n in self._names_for(principal) if n in self.entries)
-        roles = {
-            principal.role or principal.name: RolePolicy(
-                tools=tools, limits=tuple(limit for limit in limits if limit.tool in tools)
-            )
-        }
-        worst = max(
-            (
-                (s.timeout or 0) * s.retry.attempts + s.retry.max_delay * (s.retry.attempts - 1)
-                for s in specs
-                if s.is_write
-            ),
-            default=0.0,
-        )
-        return Policy(
-            roles=roles,
-            max_steps_per_session=policy.max_steps_per_session,
-            max_steps_per_turn=policy.max_steps_per_session,
-            rate_limit=(
-                RateLimit(calls=policy.rate_limit.calls, seconds=policy.rate_limit.seconds)
-                if policy.rate_limit is not None
-                else None
-            ),
-            max_invalid_in_a_row=policy.max_invalid_in_a_row,
-            invalid_streak_ttl=policy.validation_cooldown,
-            max_argument_bytes=policy.max_argument_bytes,
-            max_identical_calls=policy.max_identical_calls,
-            confirm_at=policy.confirm_at,
-            confirmation_ttl=policy.confirmation_ttl,
-            claim_lease=max(60.0, worst + 10.0),
-            taint_requires_confirmation=policy.taint_requires_confirmation,
+        return principal_policy(
+            self.config.policy, principal.role or principal.name, tools, specs, limits
         )
 
     def _names_for(self, principal: PrincipalConfig) -> frozenset[str]:
