@@ -302,7 +302,8 @@ class Guard:
             if call.step:  # the budget stage ran: keep the invalid streak
                 key = f"invalid:{call.session_id}"
                 if result.code in _INVALID:
-                    env.counters.incr(key, now=call.now, ttl=env.policy.session_ttl)
+                    ttl = env.policy.invalid_streak_ttl or env.policy.session_ttl
+                    env.counters.incr(key, now=call.now, ttl=ttl)
                 elif call.invalid_streak and call.arguments is not None:
                     env.counters.reset(key)
         except Exception:

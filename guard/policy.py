@@ -80,6 +80,12 @@ class Policy:
     """Per-session call rate; None for none."""
     max_invalid_in_a_row: int = 3
     """After this many consecutive invalid calls the model is told to hand over."""
+    invalid_streak_ttl: float | None = None
+    """Seconds an invalid streak is kept after its last invalid call; None: ``session_ttl``. A host
+    without turns (an MCP server) sets a cool-down here, so an exhausted budget does not lock the
+    session for good."""
+    max_argument_bytes: int = 64 * 1024
+    """Larger argument texts are refused unparsed (INVALID_JSON, naming the limit)."""
     max_identical_calls: int = 3
     """Identical calls (same tool and canonical arguments) allowed per session; more are loops."""
     confirm_at: Risk = Risk.HIGH

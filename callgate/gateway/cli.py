@@ -60,6 +60,13 @@ def gateway(
         raise click.ClickException(
             "serve.http.tokens is empty: HTTP needs bearer tokens mapped to principals"
         )
+    if transport == "http":
+        from callgate.gateway.config import ConfigError
+
+        try:  # token variables are read only for HTTP: a stdio gateway starts without them
+            config.http.bearer_tokens()
+        except ConfigError as err:
+            raise click.ClickException(f"{config_path}: {err}") from err
     if transport == "stdio" and config.stdio_principal is None:
         raise click.ClickException(
             "serve.stdio.principal is not set: stdio needs one configured principal"
@@ -107,9 +114,12 @@ async def _serve(config: Any, transport: str, host: str | None, port: int | None
     "--config", "config_path", type=click.Path(exists=True, dir_okay=False), required=True
 )
 @click.option("--by", default=None, help="Who reviewed the definitions (default: $USER).")
+@click.option("--yes", is_flag=True, help="Pin without showing each diff and asking.")
 @click.argument("tools", nargs=-1)
-def pin_command(config_path: str, by: str | None, tools: tuple[str, ...]) -> None:
-    """Re-pin reviewed tool definitions (downstream names; none given: every changed one)."""
+def pin_command(config_path: str, by: str | None, yes: bool, tools: tuple[str, ...]) -> None:
+    """Re-pin reviewed tool definitions (downstream names; none given: every changed one).
+
+    Each change is shown as a diff from the pinned definition, and pinned only when confirmed."""
     import os
 
     config = _load(config_path)
@@ -117,16 +127,23 @@ def pin_command(config_path: str, by: str | None, tools: tuple[str, ...]) -> Non
         raise click.ClickException(
             "the config has no store: pins live in memory and need no re-pinning"
         )
-    changed = anyio.run(_pin, config, tools, by or os.environ.get("USER") or "operator")
+    changed = anyio.run(_pin, config, tools, by or os.environ.get("USER") or "operator", yes)
     if not changed:
         click.echo("nothing to pin: every definition matches its pin")
     for line in changed:
         click.echo(line)
 
 
-async def _pin(config: Any, wanted: tuple[str, ...], by: str) -> list[str]:
+async def _pin(config: Any, wanted: tuple[str, ...], by: str, yes: bool) -> list[str]:
     from callgate.approvals import open_stores
-    from callgate.gateway.pins import new_pin, open_pin_store
+    from callgate.gateway.pins import (
+        instructions,
+        new_pin,
+        open_pin_store,
+        owner_pin,
+        pin_diff,
+        review,
+    )
     from callgate.gateway.upstream import Upstream
 
     opened = open_stores(config.store)
@@ -149,11 +166,18 @@ async def _pin(config: Any, wanted: tuple[str, ...], by: str) -> list[str]:
                     definition = tool.model_dump(mode="json", by_alias=True, exclude_none=True)
                     definition.pop("_meta", None)
                     key = f"{upstream_config.name}/{tool.name}"
-                    pin = new_pin(key, definition, by=by)
                     old = pins.get(key)
-                    if old is not None and old.hash == pin.hash:
+                    verdict = review(pins, key, exposed, definition, instructions(definition))
+                    if not verdict.blocked:
                         continue
+                    click.echo(f"{exposed} ({key}): {verdict.why}")
+                    for line in pin_diff(old, definition):
+                        click.echo(line)
+                    if not yes and not click.confirm(f"pin {exposed} as shown?", default=False):
+                        continue
+                    pin = new_pin(key, definition, by=by)
                     pins.put(pin)
+                    pins.put(owner_pin(exposed, key, by=by))
                     done.append(
                         f"pinned {exposed} ({key}) {pin.hash[:12]} by {by}"
                         + (f", was {old.hash[:12]}" if old else "")

@@ -21,6 +21,8 @@ app = MCPServer("shop")
 
 _rug = Path(os.environ["SHOP_RUG_FILE"]).read_text() if os.environ.get("SHOP_RUG_FILE") else ""
 _effects = os.environ.get("SHOP_EFFECTS")
+if os.environ.get("SHOP_PID_FILE"):  # so a test can kill it from outside, between calls
+    Path(os.environ["SHOP_PID_FILE"]).write_text(str(os.getpid()))
 
 
 def _record(line: str) -> None:

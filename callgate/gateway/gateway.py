@@ -18,21 +18,23 @@ import anyio.abc
 import mcp_types as types
 
 from callgate.gateway.config import GatewayConfig, PrincipalConfig
-from callgate.gateway.pins import PinStore, new_pin
+from callgate.gateway.pins import PinStore, definition_hash, instructions, review
+from callgate.gateway.policy import principal_policy
+from callgate.gateway.questions import Questions
 from callgate.gateway.schema import UnsupportedSchema
 from callgate.gateway.tools import GatewayTool, ToolBuild, build_tool
 from callgate.gateway.upstream import Upstream
 from guard import (
     AmountLimit,
     ApprovalNotFound,
+    Clock,
     Effect,
     Guard,
+    GuardError,
     Observer,
     Policy,
     Principal,
-    RateLimit,
     Risk,
-    RolePolicy,
     ToolResult,
     ToolSpec,
 )
@@ -41,6 +43,14 @@ from guard.stores import ApprovalState, PendingAction, Stores
 __all__ = ["Gateway", "GatewayError", "Stores"]
 
 log = logging.getLogger("callgate.gateway")
+
+
+_SESSION_TTL = 86_400.0
+"""How long a denial stands for its session: as long as the guard keeps a session's counters."""
+
+
+def _denied_key(proposal_key: str) -> str:
+    return f"gw:denied:{proposal_key}"
 
 
 class GatewayError(RuntimeError):
@@ -66,22 +76,33 @@ class Gateway:
         stores: Stores,
         pins: PinStore,
         observer: Observer | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.config = config
+        self.clock = clock
         self.stores = stores
         self.pins = pins
         self.observer = observer
         self.upstreams = [Upstream(u, on_tools=self._listed) for u in config.upstreams]
         self.entries: dict[str, GatewayTool] = {}
-        self.guard: Guard | None = None
+        self.guards: dict[str, Guard] = {}
+        """One guard per principal, each enforcing that principal's own allowlist (principals that
+        share a role share its name on spans, never each other's tools); state is in the stores."""
         self._started = False
         self._outstanding: dict[str, Outstanding] = {}
         self._resuming: dict[str, anyio.Event] = {}
+        self.listeners: dict[int, Any] = {}
+        """Downstream sessions told ``notifications/tools/list_changed`` when the listing changes."""
+        self._listed_as: frozenset[tuple[str, bool, str]] = frozenset()
+        self._group: anyio.abc.TaskGroup | None = None
+        self.questions = Questions()
+        """Approval questions asked through clients, by the nonce each answer must carry."""
 
     # -- life cycle -------------------------------------------------------------------------------
 
     async def start(self, group: anyio.abc.TaskGroup) -> None:
         """Connect every upstream, pin or check each definition, build the guard; ``GatewayError`` if not."""
+        self._group = group
         for upstream in self.upstreams:
             try:
                 await upstream.start(group)
@@ -93,6 +114,16 @@ class Gateway:
         self._check_allowlists()
         self._rebuild()
         self._started = True
+        for upstream in self.upstreams:
+            if upstream.tools and all(tool.annotations is None for tool in upstream.tools):
+                log.warning(
+                    "upstream %s declares no annotations: its %d tools count as destructive "
+                    "writes, so every call of them (reads too) waits for a human at confirm_at "
+                    "%s; set effect: read per tool in the config",
+                    upstream.name,
+                    len(upstream.tools),
+                    self.config.policy.confirm_at,
+                )
 
     async def stop(self) -> None:
         for upstream in self.upstreams:
@@ -128,6 +159,8 @@ class Gateway:
 
     def listing(self, principal: str) -> list[types.Tool]:
         """``tools/list`` for ``principal``: the upstream's schema, annotations from the real policy."""
+        for entry in [e for e in self.entries.values() if e.blocked]:
+            self._recheck_pin(entry)  # re-pinned since: listed again, no blind call needed
         tools = []
         for entry in self.allowed(principal):
             spec = entry.spec
@@ -157,11 +190,16 @@ class Gateway:
         principal: str,
         session_id: str,
         name: str,
-        arguments: Mapping[str, Any] | None,
+        arguments: Mapping[str, Any] | str | None,
         *,
         call_id: str | None = None,
     ) -> ToolResult:
-        """One ``tools/call`` through the whole pipeline. Never raises for anything the client sent."""
+        """One ``tools/call`` through the whole pipeline. Never raises for anything the client sent.
+
+        ``arguments`` is text when the transport kept the client's own (duplicate keys: see
+        ``_json``), so the guard's parse stage refuses it."""
+        if not isinstance(arguments, str):
+            arguments = dict(arguments or {})
         if self._outstanding:
             await self.run_decided()
         for running in list(self._resuming.values()):
@@ -171,26 +209,62 @@ class Gateway:
         entry = self.entries.get(name)
         if entry is not None and entry.blocked:
             self._recheck_pin(entry)
-        guard = self.guard
-        assert guard is not None, "start() first"
+        guard = self.guards[principal]
         session = guard.session(session_id, self.principal(principal))
-        result = await session.aexecute(name, dict(arguments or {}), call_id=call_id)
-        if (
-            result.approval_id is not None
-            and not result.ok
-            and result.approval_id not in self._outstanding
-        ):
-            action = guard.pending(result.approval_id)
-            if action is not None and action.state is ApprovalState.PENDING:
-                self._outstanding[action.id] = Outstanding(
-                    approval_id=action.id, session_id=session_id, principal=principal
-                )
+        result = await session.aexecute(name, arguments, call_id=call_id)
+        if not result.needs_human or result.approval_id is None:
+            return result
+        action = guard.pending(result.approval_id)
+        if action is None or action.state is not ApprovalState.PENDING:
+            return result
+        if self.stores.counters.get(_denied_key(action.proposal_key), now=self.now()):
+            # A human already said no to exactly this in this session: answer that, ask nobody.
+            return guard.deny(action.id, by="gateway: denied before in this session")
+        if not await self._still_current(name):
+            # The definition changed upstream since the call was checked: no human is asked to
+            # approve a call to a tool that is no longer what was reviewed.
+            guard.deny(action.id, by="gateway: the tool's definition changed")
+            again = self.guards[principal].session(session_id, self.principal(principal))
+            return await again.aexecute(name, arguments, call_id=call_id)
+        self._outstanding.setdefault(
+            action.id,
+            Outstanding(approval_id=action.id, session_id=session_id, principal=principal),
+        )
         return result
 
+    async def _still_current(self, name: str) -> bool:
+        """List the tool's upstream again (a re-index blocks a changed definition); False if blocked."""
+        entry = self.entries.get(name)
+        if entry is None:
+            return False
+        try:
+            await entry.upstream.relist()
+        except Exception:  # unreachable now: the call re-checks its pin when it runs
+            log.warning("could not re-list %s before asking", entry.upstream.name, exc_info=True)
+        now = self.entries.get(name)
+        return now is not None and not now.blocked
+
+    async def _announce(self, key: int, session: Any) -> None:
+        try:
+            await session.send_tool_list_changed()
+        except Exception:  # a client that went away: forget it
+            self.listeners.pop(key, None)
+
+    def now(self) -> float:
+        return self.clock.now() if self.clock is not None else time.time()
+
+    def remember_denied(self, action: PendingAction) -> None:
+        """Re-proposing a denied call in its session answers CONFIRMATION_DENIED from now on."""
+        if action.state is ApprovalState.DENIED:
+            ttl = self.config.policy.confirmation_ttl + _SESSION_TTL
+            self.stores.counters.incr(_denied_key(action.proposal_key), now=self.now(), ttl=ttl)
+
     def adopt(self, actions: list[PendingAction]) -> int:
-        """Watch pending actions an earlier gateway process left in the store; how many."""
+        """Watch pending actions an earlier gateway process left in the store, and remember the
+        denied ones; how many are watched."""
         adopted = 0
         for action in actions:
+            self.remember_denied(action)
             if action.state is ApprovalState.PENDING and action.tool in self.entries:
                 self._outstanding[action.id] = Outstanding(
                     approval_id=action.id,
@@ -205,20 +279,22 @@ class Gateway:
 
     async def decide(self, approval_id: str, *, approve: bool, by: str) -> ToolResult:
         """A human decided through the client (elicitation): record it and run or end the call."""
-        guard = self.guard
-        assert guard is not None
+        action = self.stores.approvals.get(approval_id)
+        if action is None:
+            raise ApprovalNotFound(approval_id)
+        guard = self.guards[action.principal_id]
         self._outstanding.pop(approval_id, None)
         if approve:
             return await guard.aapprove(approval_id, by=by)
-        return guard.deny(approval_id, by=by)
+        result = guard.deny(approval_id, by=by)
+        if (denied := self.stores.approvals.get(approval_id)) is not None:
+            self.remember_denied(denied)
+        return result
 
     async def run_decided(self) -> list[ToolResult]:
         """Resume every watched approval that was decided (or expired) elsewhere."""
-        guard = self.guard
-        if guard is None:
-            return []
         results = []
-        now = time.time()
+        now = self.now()
         for approval_id in list(self._outstanding):
             action = self.stores.approvals.get(approval_id)
             if action is None:
@@ -228,6 +304,11 @@ class Gateway:
                 continue
             if self._outstanding.pop(approval_id, None) is None:
                 continue  # the watcher and a call raced: the other one resumes it
+            guard = self.guards.get(action.principal_id)
+            if guard is None:  # a principal the config no longer names: nothing may run for it
+                log.warning("approval %s is for unknown principal; not run", approval_id)
+                continue
+            self.remember_denied(action)
             done = self._resuming[approval_id] = anyio.Event()
             try:
                 # Already decided: the store returns the decision unchanged and the guard acts on it.
@@ -252,22 +333,25 @@ class Gateway:
             definition = tool.model_dump(mode="json", by_alias=True, exclude_none=True)
             definition.pop("_meta", None)
             key = f"{upstream.name}/{tool.name}"
-            pin = self.pins.add(new_pin(key, definition, by="gateway (first seen)"))
-            current = new_pin(key, definition, by="").hash
+            exposed = config.exposed(tool.name)
+            verdict = review(self.pins, key, exposed, definition, instructions(definition))
             entry = GatewayTool(
-                exposed=config.exposed(tool.name),
+                exposed=exposed,
                 upstream=upstream,
                 upstream_name=tool.name,
                 definition=definition,
                 pin_key=key,
-                current_hash=current,
-                blocked=pin.hash != current,
+                current_hash=definition_hash(definition),
+                blocked=verdict.blocked,
+                pins_seen=verdict.seen,
             )
             if entry.blocked:
-                log.warning("tool %s changed since it was pinned: blocked", entry.exposed)
+                log.warning("tool %s is blocked: %s", entry.exposed, verdict.why)
             try:
                 entry.spec, entry.limit = build_tool(entry, tool, config, self._build())
-            except (UnsupportedSchema, ValueError) as err:
+            except (UnsupportedSchema, ValueError, GuardError) as err:
+                # Whatever one tool's definition holds, it refuses that tool, never the re-index:
+                # the other tools' pins must still be checked.
                 if refuse:
                     problems.append(str(err))
                     continue
@@ -301,10 +385,13 @@ class Gateway:
         self._rebuild()
 
     def _recheck_pin(self, entry: GatewayTool) -> None:
-        """An operator may have re-pinned a blocked tool since: unblock it and rebuild."""
-        pin = self.pins.get(entry.pin_key)
-        if pin is not None and pin.hash == entry.current_hash:
-            log.info("tool %s re-pinned: unblocked", entry.exposed)
+        """An operator may have re-pinned a blocked tool since: re-judge it, and rebuild."""
+        seen = (
+            pin.hash if (pin := self.pins.get(entry.pin_key)) is not None else None,
+            owner.hash if (owner := self.pins.get(f"name:{entry.exposed}")) is not None else None,
+        )
+        if seen != entry.pins_seen:
+            log.info("tool %s re-pinned: judged again", entry.exposed)
             self._index(entry.upstream, refuse=False)
             self._rebuild()
 
@@ -312,6 +399,11 @@ class Gateway:
         return ToolBuild(counters=self.stores.counters, current=lambda name: self.entries.get(name))
 
     def _rebuild(self) -> None:
+        listed = frozenset((e.exposed, e.blocked, e.current_hash) for e in self.entries.values())
+        if self._started and listed != self._listed_as and self._group is not None:
+            for key, session in list(self.listeners.items()):  # the clients re-list and see it
+                self._group.start_soon(self._announce, key, session)
+        self._listed_as = listed
         specs: list[ToolSpec] = []
         limits: list[AmountLimit] = []
         for entry in self.entries.values():
@@ -320,15 +412,20 @@ class Gateway:
             specs.append(entry.spec)
             if entry.limit is not None and not entry.blocked:
                 limits.append(entry.limit)
-        self.guard = Guard(
-            tools=specs,
-            policy=self._policy(specs, limits),
-            idempotency=self.stores.idempotency,
-            approvals=self.stores.approvals,
-            counters=self.stores.counters,
-            observer=self.observer,
-            shadow=self._shadow(specs),
-        )
+        shadow = self._shadow(specs)
+        self.guards = {
+            name: Guard(
+                tools=specs,
+                policy=self._policy(principal, specs, limits),
+                idempotency=self.stores.idempotency,
+                approvals=self.stores.approvals,
+                counters=self.stores.counters,
+                observer=self.observer,
+                clock=self.clock,
+                shadow=shadow,
+            )
+            for name, principal in self.config.principals.items()
+        }
 
     def _shadow(self, specs: list[ToolSpec]) -> bool | frozenset[str]:
         shadow = self.config.policy.shadow
@@ -336,41 +433,13 @@ class Gateway:
             return shadow
         return frozenset(shadow) & {spec.name for spec in specs}
 
-    def _policy(self, specs: list[ToolSpec], limits: list[AmountLimit]) -> Policy:
-        policy = self.config.policy
-        roles: dict[str, RolePolicy] = {}
-        for principal in self.config.principals.values():
-            names = self._names_for(principal)
-            role = principal.role or principal.name
-            tools = frozenset(n for n in names if n in self.entries) | (
-                roles[role].tools if role in roles else frozenset()
-            )
-            roles[role] = RolePolicy(
-                tools=tools, limits=tuple(limit for limit in limits if limit.tool in tools)
-            )
-        worst = max(
-            (
-                (s.timeout or 0) * s.retry.attempts + s.retry.max_delay * (s.retry.attempts - 1)
-                for s in specs
-                if s.is_write
-            ),
-            default=0.0,
-        )
-        return Policy(
-            roles=roles,
-            max_steps_per_session=policy.max_steps_per_session,
-            max_steps_per_turn=policy.max_steps_per_session,
-            rate_limit=(
-                RateLimit(calls=policy.rate_limit.calls, seconds=policy.rate_limit.seconds)
-                if policy.rate_limit is not None
-                else None
-            ),
-            max_invalid_in_a_row=policy.max_invalid_in_a_row,
-            max_identical_calls=policy.max_identical_calls,
-            confirm_at=policy.confirm_at,
-            confirmation_ttl=policy.confirmation_ttl,
-            claim_lease=max(60.0, worst + 10.0),
-            taint_requires_confirmation=policy.taint_requires_confirmation,
+    def _policy(
+        self, principal: PrincipalConfig, specs: list[ToolSpec], limits: list[AmountLimit]
+    ) -> Policy:
+        """The guard policy of one principal: its own allowlist under its role's name."""
+        tools = frozenset(n for n in self._names_for(principal) if n in self.entries)
+        return principal_policy(
+            self.config.policy, principal.role or principal.name, tools, specs, limits
         )
 
     def _names_for(self, principal: PrincipalConfig) -> frozenset[str]:

@@ -23,16 +23,21 @@ __all__ = [
     "PinStore",
     "RedisPinStore",
     "SQLitePinStore",
+    "Verdict",
     "definition_hash",
+    "instructions",
     "open_pin_store",
+    "owner_pin",
+    "pin_diff",
+    "review",
 ]
 
 
 def definition_hash(definition: Mapping[str, Any]) -> str:
-    """SHA-256 of the canonical JSON of what the model is told and what the tool accepts."""
+    """SHA-256 of the canonical JSON of every field the model or the policy reads."""
     pinned = {
         key: definition.get(key)
-        for key in ("name", "description", "inputSchema", "outputSchema", "annotations")
+        for key in ("name", "title", "description", "inputSchema", "outputSchema", "annotations")
     }
     text = json.dumps(pinned, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode()).hexdigest()
@@ -194,6 +199,86 @@ def open_pin_store(spec: str | None, redis_client: Any = None) -> PinStore:
     if redis_client is not None:
         return RedisPinStore(redis_client)
     return SQLitePinStore(spec)
+
+
+def instructions(definition: Mapping[str, Any]) -> str | None:
+    """The injection rule that the model-facing text of a definition (every title and description,
+    the schema's included) matches, or None."""
+    from telemetry.masking import detect_injection
+
+    texts: list[str] = []
+    stack: list[Any] = [definition]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            texts.extend(
+                v for k, v in node.items() if k in ("title", "description") and isinstance(v, str)
+            )
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return detect_injection(texts)
+
+
+def owner_pin(exposed: str, key: str, *, by: str) -> Pin:
+    """The pin of which upstream tool (``upstream/tool``) answers to downstream name ``exposed``."""
+    return Pin(
+        tool=f"name:{exposed}",
+        hash=hashlib.sha256(key.encode()).hexdigest(),
+        definition=json.dumps({"owner": key}),
+        pinned_at=time.time(),
+        pinned_by=by,
+    )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Verdict:
+    """Whether a listed definition may be used, and if not, why (for the log and the operator)."""
+
+    blocked: bool
+    why: str | None = None
+    seen: tuple[str | None, str | None] = (None, None)
+    """The definition pin's and the name pin's hashes as found: a change means an operator acted."""
+
+
+def review(
+    pins: PinStore, key: str, exposed: str, definition: Mapping[str, Any], flagged: str | None
+) -> Verdict:
+    """Pin a first-seen definition (unless it reads like instructions), and judge it against its pins.
+
+    Blocked: the definition no longer matches its pin; the downstream name belonged to another
+    upstream tool (one upstream dropped it and another took the name); or, seen for the first time,
+    ``flagged`` by the injection detector, so an operator reviews it before the model reads it.
+    The pin's hash is recomputed from the stored definition, so a wider hash (``title`` added) does
+    not block what was pinned before it."""
+    pin = pins.get(key)
+    if pin is None and flagged is None:
+        pin = pins.add(new_pin(key, definition, by="gateway (first seen)"))
+    owner = pins.add(owner_pin(exposed, key, by="gateway (first seen)"))
+    seen = (pin.hash if pin is not None else None, owner.hash)
+    if owner.definition != json.dumps({"owner": key}):
+        was = json.loads(owner.definition).get("owner")
+        return Verdict(blocked=True, why=f"the name was {was}'s", seen=seen)
+    if pin is None:
+        return Verdict(
+            blocked=True, why=f"first seen reading like instructions ({flagged})", seen=seen
+        )
+    if definition_hash(json.loads(pin.definition)) != definition_hash(definition):
+        return Verdict(blocked=True, why="changed since it was pinned", seen=seen)
+    return Verdict(blocked=False, seen=seen)
+
+
+def pin_diff(pin: Pin | None, definition: Mapping[str, Any]) -> list[str]:
+    """The unified diff from the pinned definition to ``definition``, for the operator to read."""
+    import difflib
+
+    def lines(value: Any) -> list[str]:
+        return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False).splitlines()
+
+    before = lines(json.loads(pin.definition)) if pin is not None else []
+    return list(
+        difflib.unified_diff(before, lines(definition), "pinned", "upstream now", lineterm="")
+    )
 
 
 def new_pin(tool: str, definition: Mapping[str, Any], *, by: str) -> Pin:

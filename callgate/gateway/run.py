@@ -10,15 +10,18 @@ from typing import Any
 
 import anyio
 from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel.server import NotificationOptions
 from mcp.server.stdio import stdio_server
 
 from callgate.approvals import list_actions, open_stores
+from callgate.gateway._downstream import DuplicateKeys, FilteredLines
 from callgate.gateway.config import GatewayConfig
 from callgate.gateway.gateway import Gateway
 from callgate.gateway.pins import open_pin_store
 from callgate.gateway.server import build_server
-from guard import Observer
-from guard.stores import ApprovalState, Stores
+from callgate.gateway.sessions import session_of
+from guard import Clock, Observer
+from guard.stores import Stores
 from telemetry.auth import BearerAuth, BearerTokens, is_loopback
 
 __all__ = ["running", "serve_http", "serve_stdio"]
@@ -28,7 +31,7 @@ log = logging.getLogger("callgate.gateway")
 
 @asynccontextmanager
 async def running(
-    config: GatewayConfig, *, observer: Observer | None = None
+    config: GatewayConfig, *, observer: Observer | None = None, clock: Clock | None = None
 ) -> AsyncIterator[Gateway]:
     """A started gateway (upstreams connected, pins checked, approvals watched) until the block ends."""
     opened: Stores | None = open_stores(config.store) if config.store else None
@@ -38,11 +41,11 @@ async def running(
             pins = open_pin_store(config.store, getattr(opened, "client", None))
         else:
             stores, pins = Stores.memory(), open_pin_store(None)
-        gateway = Gateway(config, stores=stores, pins=pins, observer=observer)
+        gateway = Gateway(config, stores=stores, pins=pins, observer=observer, clock=clock)
         async with anyio.create_task_group() as group:
             await gateway.start(group)
             if opened is not None:  # a restart keeps watching what the last process left pending
-                gateway.adopt(list_actions(opened, state=ApprovalState.PENDING))
+                gateway.adopt(list_actions(opened))  # pending to watch, denied to remember
             group.start_soon(gateway.watch_approvals)
             try:
                 yield gateway
@@ -60,9 +63,11 @@ async def serve_stdio(gateway: Gateway) -> None:
     if principal is None:
         raise ValueError("serve.stdio.principal is not set: stdio needs one configured principal")
     session_id = f"stdio-{uuid.uuid4().hex[:16]}"
-    server = build_server(gateway, lambda ctx: (principal, session_id))
-    async with stdio_server() as (read_stream, write_stream):
-        await server.run(read_stream, write_stream, server.create_initialization_options())
+    server = build_server(gateway, lambda ctx: (principal, session_of(ctx, principal, session_id)))
+    # Duplicate JSON keys are caught in the raw text, before the SDK's parser merges them.
+    async with stdio_server(stdin=FilteredLines()) as (read_stream, write_stream):  # type: ignore[arg-type]
+        options = server.create_initialization_options(NotificationOptions(tools_changed=True))
+        await server.run(read_stream, write_stream, options)
 
 
 async def serve_http(
@@ -93,12 +98,12 @@ async def serve_http(
         principal = tokens.verify(headers.get("authorization"))
         if principal is None:  # the middleware let nobody through without a token; belt and braces
             raise PermissionError("no valid bearer token")
-        session = headers.get("mcp-session-id") or f"http:{principal}"
-        return principal, session
+        transport = headers.get("mcp-session-id") or f"http:{principal}"
+        return principal, session_of(ctx, principal, transport)
 
     server = build_server(gateway, identity)
     app = server.streamable_http_app(streamable_http_path=http.path, host=host)
-    guarded = BearerAuth(app, tokens, realm="callgate-gateway")
+    guarded = BearerAuth(DuplicateKeys(app), tokens, realm="callgate-gateway")
     uv = uvicorn.Server(
         uvicorn.Config(guarded, host=host, port=port, log_level="warning", lifespan="on")
     )

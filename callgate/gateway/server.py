@@ -6,9 +6,12 @@ elicitation when the client declares it, shown the exact arguments the approval 
 
 - on a handshake-era connection (2025-11-25 and before) with a back-channel, as an
   ``elicitation/create`` request during the call, answered within ``policy.elicitation_timeout``;
-- on a 2026-07-28 connection, as an ``InputRequiredResult`` whose ``requestState`` is the approval
-  id; the client retries the call with the human's answer, and the gateway accepts the answer only
-  for an approval of the same session, principal and tool.
+- on a 2026-07-28 connection, as an ``InputRequiredResult`` whose ``requestState`` is a single-use
+  nonce (``callgate.gateway.questions``), never the approval id the model sees; the client retries
+  the call with the human's answer, and the gateway accepts it only from a client that declared
+  elicitation, for a question it asked in the same session, for the same principal and tool.
+
+``policy.in_band_approval: false`` turns both off: only ``callgate approvals`` decides.
 
 Accept with ``approve: true`` approves; accept with false, or decline, denies; cancel (or no answer
 in time) leaves the action pending and returns the pending result with its approval id, for
@@ -18,6 +21,7 @@ in time) leaves the action pending and returns the pending result with its appro
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -27,7 +31,9 @@ from mcp.server import Server
 from mcp.server.context import ServerRequestContext
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from callgate.gateway._json import RAW_ARGUMENTS_KEY
 from callgate.gateway.gateway import Gateway
+from callgate.gateway.questions import Question
 from guard import ToolResult
 from guard.approval_view import approval_question
 from guard.providers.mcp import render_mcp
@@ -70,33 +76,47 @@ def build_server(
         ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
         principal, _ = identity(ctx)
+        if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS and ctx.session.can_send_request:
+            # One per connection (the session object is per request; its notifications go out
+            # on the connection): told when the listing changes.
+            gateway.listeners[id(getattr(ctx.session, "_connection", ctx.session))] = ctx.session
         return types.ListToolsResult(tools=gateway.listing(principal))
 
     async def call_tool(
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult | types.InputRequiredResult:
         principal, session_id = identity(ctx)
-        if params.request_state is not None:
+        in_band = gateway.config.policy.in_band_approval
+        if params.request_state is not None and in_band:
             answered = await _answered(gateway, ctx, params, principal, session_id)
             if answered is not None:
                 return render(answered)
         call_id = str(ctx.request_id) if ctx.request_id is not None else None
-        result = await gateway.call(
-            principal, session_id, params.name, params.arguments, call_id=call_id
-        )
+        raw = (params.meta or {}).get(RAW_ARGUMENTS_KEY)  # set only by the transport (_json)
+        arguments = raw if isinstance(raw, str) else params.arguments
+        result = await gateway.call(principal, session_id, params.name, arguments, call_id=call_id)
         asked_already = params.request_state is not None  # the human cancelled: do not ask again
         if (
             not result.needs_human
             or result.approval_id is None  # never, when it needs a human; for the type checker
             or asked_already
+            or not in_band
             or not _can_elicit(ctx)
         ):
             return render(result)
         action = gateway.pending(result.approval_id)
         if action is None:
             return render(result)
+        policy = gateway.config.policy
         question = approval_question(action)
         if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS or not ctx.session.can_send_request:
+            asked = Question(
+                approval_id=action.id,
+                session_id=session_id,
+                principal=principal,
+                tool=action.tool,
+                expires_at=min(action.expires_at, time.time() + policy.elicitation_timeout),
+            )
             return types.InputRequiredResult(
                 input_requests={
                     ELICITATION_KEY: types.ElicitRequest(
@@ -105,9 +125,9 @@ def build_server(
                         )
                     )
                 },
-                request_state=action.id,
+                request_state=gateway.questions.ask(asked, now=time.time()),
             )
-        answer = await _ask(ctx, question, gateway.config.policy.elicitation_timeout)
+        answer = await _ask(ctx, question, policy.elicitation_timeout)
         decided = await _apply(gateway, action, answer, principal)
         return render(decided if decided is not None else result)
 
@@ -152,18 +172,26 @@ async def _answered(
     principal: str,
     session_id: str,
 ) -> ToolResult | None:
-    """A retried call carrying the human's answer (2026-07-28); None to run the call afresh."""
-    action = gateway.pending(params.request_state or "")
-    # The client echoes requestState; accept it only for this session's own approval of this tool.
-    if (
-        action is None
-        or action.session_id != session_id
-        or action.principal_id != principal
-        or action.tool != params.name
-    ):
+    """A retried call carrying the human's answer (2026-07-28); None to run the call afresh.
+
+    Only an answer to a question this gateway asked counts (see ``Questions``), and only from a
+    client that declared elicitation: anything else is the client answering for the human."""
+    if not _can_elicit(ctx):
+        log.warning("an answer from a client without elicitation was ignored (%s)", principal)
         return None
+    asked = gateway.questions.answer(
+        params.request_state or "",
+        session_id=session_id,
+        principal=principal,
+        tool=params.name,
+        now=time.time(),
+    )
+    if asked is None:
+        log.warning("an answer to no question this gateway asked was ignored (%s)", principal)
+        return None
+    action = gateway.pending(asked.approval_id)
     answer = (params.input_responses or {}).get(ELICITATION_KEY)
-    if not isinstance(answer, types.ElicitResult):
+    if action is None or not isinstance(answer, types.ElicitResult):
         return None
     return await _apply(gateway, action, answer, principal)
 

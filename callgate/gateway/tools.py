@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, create_model, model
 
 from callgate.gateway.config import ToolConfig, UpstreamConfig
 from callgate.gateway.schema import model_from_schema
-from callgate.gateway.upstream import Upstream, UpstreamRefused
+from callgate.gateway.upstream import TooLarge, Upstream, UpstreamRefused
 from guard import (
     AmountLimit,
     CheckContext,
@@ -55,7 +55,9 @@ class GatewayTool:
     current_hash: str
     """The hash of the definition listed now."""
     blocked: bool = False
-    """The definition no longer matches its pin."""
+    """The definition no longer matches its pins (see ``pins.review``)."""
+    pins_seen: tuple[str | None, str | None] = (None, None)
+    """The pins as found when it was indexed: when they change, an operator re-pinned."""
     spec: ToolSpec | None = None
     limit: AmountLimit | None = None
     """Its amount limit, for the policy."""
@@ -190,6 +192,10 @@ def _handler(
                 f"The service refused the call ({refused.code}): {_clip(refused.message)}. "
                 "Nothing was done.",
             ) from refused
+        except TooLarge as big:  # dropped as it arrived, never parsed
+            raise _unreadable(
+                entry.exposed, is_write, f"a result over {limit_bytes} bytes"
+            ) from big
         except ValidationError as malformed:  # the SDK could not read the upstream's answer
             raise _unreadable(entry.exposed, is_write, "a malformed result") from malformed
         return to_data(

@@ -11,7 +11,11 @@ Failures are sorted for the guard's execute stage by what they say about the wor
   (not applied, retried);
 - the connection closed while the request was out: ``UpstreamLost``, a ``TimeoutError`` (the
   upstream may have acted; a write ends with outcome unknown unless the upstream is idempotent);
-- the upstream answered with a JSON-RPC error: ``UpstreamRefused`` (a refusal, never retried).
+- the upstream answered with a JSON-RPC error: ``UpstreamRefused`` (a refusal, never retried), also
+  for the codes -32000 and -32001 the SDK uses for its own closed-connection and timeout errors: the
+  deadline is the gateway's own, and the connection's read side is watched (``_wire``);
+- the connection had ended before the call (a crash between calls): the call reconnects first, so
+  a write is never sent into a dead connection and called "outcome unknown".
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import logging
 import os
 import sys
 from collections.abc import Awaitable, Callable
-from contextlib import AsyncExitStack
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, nullcontext
 from typing import Any
 
 import anyio
@@ -28,13 +32,16 @@ import anyio.abc
 import httpx2
 import mcp_types as types
 from mcp import Client, StdioServerParameters
+from mcp.client._transport import TransportStreams
 from mcp.client.stdio import get_default_environment
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
+from callgate.gateway._stdio import TooLarge, bounded_stdio_client, too_large
+from callgate.gateway._wire import watched
 from callgate.gateway.config import UpstreamConfig
 
-__all__ = ["Upstream", "UpstreamLost", "UpstreamRefused"]
+__all__ = ["TooLarge", "Upstream", "UpstreamLost", "UpstreamRefused"]
 
 log = logging.getLogger("callgate.gateway")
 
@@ -71,6 +78,8 @@ class Upstream:
         self._reconnected: anyio.Event | None = None
         self._failure: str | None = None
         self._group: anyio.abc.TaskGroup | None = None
+        self._ended: anyio.Event | None = None
+        """Set when the current connection's read side has ended."""
         self.connects = 0
         """How many times a connection was made (1 after start; more after crashes)."""
 
@@ -103,16 +112,29 @@ class Upstream:
         refuse a tool whose definition a reconnect just found changed.
         """
         client = await self._ensure()
+        if self._ended is not None and self._ended.is_set():
+            # The connection ended since (a crash between calls): nothing sent yet, so reconnect
+            # rather than send into it and call a write that never arrived "outcome unknown".
+            self._lost(client)
+            client = await self._ensure()
+        ended = self._ended
         if connected is not None:
             connected()
         try:
-            return await client.call_tool(name, arguments, read_timeout_seconds=timeout)
+            # The deadline is ours, not the SDK's: its REQUEST_TIMEOUT code is also an error an
+            # upstream may answer with, which is a refusal, not a timeout.
+            with anyio.fail_after(timeout) if timeout is not None else nullcontext():
+                return await client.call_tool(name, arguments)
+        except TimeoutError:
+            raise TimeoutError(f"{self.name} did not answer {name} in time") from None
         except MCPError as err:
-            if err.code == types.CONNECTION_CLOSED or not self._alive(client):
+            if (limit := too_large(err)) is not None:
+                raise TooLarge(limit) from None
+            if err.code == types.CONNECTION_CLOSED and await self._closed(ended, err):
                 self._lost(client)
                 raise UpstreamLost(f"{self.name} closed the connection during {name}") from err
-            if err.code == types.REQUEST_TIMEOUT:
-                raise TimeoutError(f"{self.name} did not answer {name} in time") from err
+            if not self._alive(client):
+                raise UpstreamLost(f"{self.name} closed the connection during {name}") from err
             raise UpstreamRefused(err.code, err.message) from err
         except httpx2.ConnectError as err:  # the request never left: nothing happened
             self._lost(client)
@@ -126,6 +148,19 @@ class Upstream:
         ) as err:
             self._lost(client)
             raise UpstreamLost(f"{self.name} closed the connection during {name}") from err
+
+    async def _closed(self, ended: anyio.Event | None, err: MCPError) -> bool:
+        """Whether a CONNECTION_CLOSED error means the connection ended (else the upstream sent it).
+
+        The SDK raises it when the read side ends; a write failing on a closed pipe ends the read
+        side a moment later, so a short, bounded wait settles it."""
+        if ended is None or ended.is_set():
+            return True
+        if err.message != "Connection closed":
+            return False
+        with anyio.move_on_after(0.5):
+            await ended.wait()
+        return ended.is_set()
 
     async def relist(self) -> list[types.Tool]:
         """List the tools again (after a ``tools/list_changed`` notification, say)."""
@@ -174,13 +209,15 @@ class Upstream:
         stop = anyio.Event()
         ready: list[Client | BaseException] = []
         started = anyio.Event()
+        ended = anyio.Event()
         self._stop = stop
 
         async def run() -> None:
             try:
                 async with AsyncExitStack() as stack:
+                    transport = watched(await self._target(stack), ended)
                     client = await stack.enter_async_context(
-                        Client(await self._target(stack), message_handler=self._notified)
+                        Client(transport, message_handler=self._notified)
                     )
                     ready.append(client)
                     started.set()
@@ -203,28 +240,32 @@ class Upstream:
         if isinstance(outcome, BaseException):
             raise ConnectionError(f"{self.name}: cannot connect: {outcome}") from outcome
         self.connects += 1
+        self._ended = ended
         return outcome
 
-    async def _target(self, stack: AsyncExitStack) -> StdioServerParameters | str | Any:
+    async def _target(self, stack: AsyncExitStack) -> AbstractAsyncContextManager[TransportStreams]:
         config = self.config
-        if config.url is not None and config.headers:
+        if config.url is not None:
             http = await stack.enter_async_context(
                 httpx2.AsyncClient(
                     headers=dict(config.headers), timeout=httpx2.Timeout(30, read=300)
                 )
             )
-            return streamable_http_client(config.url, http_client=http)
-        if config.url is not None:
-            return config.url
+            return streamable_http_client(
+                config.url, http_client=http, max_sse_event_size=config.max_result_bytes + 65_536
+            )
         assert config.command is not None
         command, *args = config.command
         if command in ("python", "python3"):
             command = sys.executable  # the gateway's own interpreter, venv included
-        return StdioServerParameters(
-            command=command,
-            args=args,
-            env={**get_default_environment(), **_inherited(), **config.env},
-            cwd=config.cwd,
+        return bounded_stdio_client(
+            StdioServerParameters(
+                command=command,
+                args=args,
+                env={**get_default_environment(), **_inherited(), **config.env},
+                cwd=config.cwd,
+            ),
+            max_line=config.max_result_bytes + _ENVELOPE,
         )
 
     async def _list(self, client: Client) -> list[types.Tool]:
@@ -261,6 +302,10 @@ class Upstream:
             self._client = None
             if self._stop is not None:
                 self._stop.set()
+
+
+_ENVELOPE = 4096
+"""Bytes of a response line beyond its result (the JSON-RPC envelope) allowed over the limit."""
 
 
 def _inherited() -> dict[str, str]:

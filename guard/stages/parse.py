@@ -15,7 +15,7 @@ from guard.stages.base import Env, reject
 __all__ = ["MAX_ARGUMENT_BYTES", "MAX_DEPTH", "MAX_SAFE_INTEGER", "ParseStage"]
 
 MAX_ARGUMENT_BYTES = 64 * 1024
-"""Larger argument texts are refused unparsed: no tool here needs more, and parsing is not free."""
+"""The default of ``Policy.max_argument_bytes``: larger argument texts are refused unparsed."""
 
 MAX_DEPTH = 32
 """Objects and arrays nested deeper are refused: no tool's arguments need it, and every later reader
@@ -103,9 +103,12 @@ class ParseStage:
         raw = call.raw_arguments
         if raw is None:
             return reject(call, Code.INVALID_JSON, "Arguments are missing: send a JSON object.")
-        if len(raw) > MAX_ARGUMENT_BYTES:
+        if len(raw) > (limit := self.env.policy.max_argument_bytes):
             return reject(
-                call, Code.INVALID_JSON, "Arguments are too large; send only the fields needed."
+                call,
+                Code.INVALID_JSON,
+                f"Arguments are too large ({len(raw)} characters; the limit is {limit}). "
+                "Send only the fields needed.",
             )
         try:
             parsed = _decode(raw)

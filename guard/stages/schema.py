@@ -14,7 +14,10 @@ from guard.codes import Code
 from guard.result import Problem, ToolResult
 from guard.stages.base import Env, reject
 
-__all__ = ["SchemaStage", "problems_from"]
+__all__ = ["MAX_PROBLEMS", "SchemaStage", "problems_from"]
+
+MAX_PROBLEMS = 20
+"""An INVALID_ARGUMENTS answer names at most this many problems (and counts the rest)."""
 
 GOT_LIMIT = 40
 """Characters of a rejected value echoed back: enough to recognise, too few to carry a payload."""
@@ -50,13 +53,20 @@ class SchemaStage:
                     problems_from(spec.arguments, error.errors(include_url=False))
                 )
         if arguments is None:
-            listed = "; ".join(problem.sentence() for problem in call.problems)
+            # Bounded: 2,000 unknown fields would otherwise be a 300,000-character answer.
+            shown, more = call.problems[:MAX_PROBLEMS], len(call.problems) - MAX_PROBLEMS
+            listed = "; ".join(problem.sentence()[:300] for problem in shown)
+            if more > 0:
+                listed += f"; and {more} more problems"
+            data: dict[str, object] = {"problems": [p.to_dict() for p in shown]}
+            if more > 0:
+                data["more_problems"] = more
             return reject(
                 call,
                 Code.INVALID_ARGUMENTS,
                 f"Invalid arguments for {spec.name}: {listed}. Fix these fields and call again; "
                 "do not guess values the user did not give, ask them.",
-                data={"problems": [p.to_dict() for p in call.problems]},
+                data=data,
             )
         call.arguments = arguments
         call.canonical = spec.canonical(arguments)

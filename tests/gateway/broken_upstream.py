@@ -1,12 +1,15 @@
 """A hand-written JSON-RPC stdio server that breaks the protocol on purpose (no SDK: the SDK won't).
 
-It handshakes properly, lists one read-only tool, and answers every ``tools/call`` with a result
-that is not a CallToolResult (``content`` is a string).
+It handshakes properly and lists three tools: ``garbage`` answers with a result that is not a
+CallToolResult (``content`` is a string); ``refuse_closed`` and ``refuse_timeout`` answer with the
+JSON-RPC errors -32000 and -32001, the codes the SDK also uses for its own closed-connection and
+timeout errors. Every call is counted, one line each, in the file ``BROKEN_CALLS`` names.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 TOOL = {
@@ -15,6 +18,15 @@ TOOL = {
     "inputSchema": {"type": "object", "properties": {}},
     "annotations": {"readOnlyHint": True},
 }
+REFUSING = [
+    {
+        "name": name,
+        "description": f"Answers JSON-RPC error {code}.",
+        "inputSchema": {"type": "object"},
+    }
+    for name, code in (("refuse_closed", -32000), ("refuse_timeout", -32001))
+]
+CODES = {"refuse_closed": (-32000, "Connection closed"), "refuse_timeout": (-32001, "Busy")}
 
 
 def answer(request_id: object, result: object = None, error: object = None) -> None:
@@ -39,7 +51,13 @@ for line in sys.stdin:
             },
         )
     elif method == "tools/list":
-        answer(request_id, {"tools": [TOOL]})
+        answer(request_id, {"tools": [TOOL, *REFUSING]})
+    elif method == "tools/call" and request["params"]["name"] in CODES:
+        if os.environ.get("BROKEN_CALLS"):
+            with open(os.environ["BROKEN_CALLS"], "a") as calls:
+                calls.write(request["params"]["name"] + "\n")
+        code, message = CODES[request["params"]["name"]]
+        answer(request_id, error={"code": code, "message": message})
     elif method == "tools/call":
         answer(
             request_id, {"content": "this is not a list of content blocks", "isError": "perhaps"}

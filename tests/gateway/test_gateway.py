@@ -426,7 +426,14 @@ class TestPinning:
                 other = await client.call_tool("shop_echo", {"n": 1})
                 cli = [sys.executable, "-c", "from callgate.cli import main; main()", "gateway"]
                 pinned = await anyio.run_process(
-                    [*cli, "pin", "--config", str(tmp_path / "gateway.yaml"), "shop_get_order"]
+                    [
+                        *cli,
+                        "pin",
+                        "--yes",
+                        "--config",
+                        str(tmp_path / "gateway.yaml"),
+                        "shop_get_order",
+                    ]
                 )
                 unblocked = await client.call_tool("shop_get_order", {"order_id": "B"})
                 relisted = [tool.name for tool in (await client.list_tools()).tools]

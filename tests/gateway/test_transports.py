@@ -116,3 +116,62 @@ class TestHttp:
         assert "shop_refund" in bot_view and len(bot_view) > 1
         assert reader_view == ["shop_get_order"]
         assert read["code"] == "OK"
+
+
+class TestHttpSessions:
+    """Over HTTP, each MCP session (or conversation id) of one principal is its own guard session."""
+
+    def test_two_sessions_of_one_principal_share_no_taint_and_no_replay(
+        self, tmp_path: Path
+    ) -> None:
+        """Session A's untrusted read taints only A; B's identical note runs, not A's replay."""
+        port = free_port()
+        config = tmp_path / "gateway.yaml"
+        config.write_text(
+            shop_config(tmp_path)
+            + f"  http:\n    port: {port}\n    tokens:\n      - {{token_env: GW_TOKEN_BOT, principal: bot}}\n"
+        )
+        command = gateway_command(config)
+        process = subprocess.Popen(
+            [command.command, *command.args, "--transport", "http"],
+            cwd=str(tmp_path),
+            env={**os.environ, "GW_TOKEN_BOT": TOKEN_BOT},
+            stderr=subprocess.PIPE,
+        )
+        url = f"http://127.0.0.1:{port}/mcp"
+        note = {"order_id": "N", "text": "same"}
+
+        async def scenario(mode: str, meta: dict[str, Any] | None) -> list[str]:
+            codes = []
+            async with (
+                httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN_BOT}"}) as http,
+                Client(streamable_http_client(url, http_client=http), mode=mode) as a,  # type: ignore[arg-type]
+                httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN_BOT}"}) as http2,
+                Client(streamable_http_client(url, http_client=http2), mode=mode) as b,  # type: ignore[arg-type]
+            ):
+                meta_a = {"io.callgate/conversation": "a"} if meta is not None else None
+                meta_b = {"io.callgate/conversation": "b"} if meta is not None else None
+                codes.append(
+                    _payload(await a.call_tool("shop_add_note", note, meta=meta_a))["code"]
+                )
+                page = {"url": "https://example.com"}
+                await a.call_tool("shop_fetch_page", page, meta=meta_a)
+                second = _payload(await b.call_tool("shop_add_note", note, meta=meta_b))
+                codes.append(second["code"] + (" replayed" if second.get("replayed") else ""))
+                other = {"order_id": "T", "text": mode}
+                codes.append(
+                    _payload(await a.call_tool("shop_add_note", other, meta=meta_a))["code"]
+                )
+            return codes
+
+        try:
+            wait_for_port(port, timeout=30)
+            legacy = anyio.run(scenario, "legacy", None)
+            (tmp_path / "effects.txt").write_text("")
+            modern = anyio.run(scenario, "auto", {})
+        finally:
+            process.terminate()
+            process.communicate(timeout=20)
+        assert legacy == ["OK", "OK", "TAINTED_CONTEXT"]
+        assert modern == ["OK", "OK", "TAINTED_CONTEXT"]
+        assert effects(tmp_path) == ["note N same", "note N same"]
