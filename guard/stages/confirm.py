@@ -33,6 +33,10 @@ _UNSEALED = ("state", "decided_by", "decided_at", "seal")
 """The decision and the seal itself: everything else about a pending action is sealed."""
 
 
+_PROCESS_KEY = secrets.token_bytes(32)
+"""The seal key of a process that configured none."""
+
+
 def seal_key(configured: bytes | str | None = None) -> bytes:
     """The key pending actions are sealed with: ``configured``, else ``$CALLGATE_MASKING_KEY``.
 
@@ -41,7 +45,7 @@ def seal_key(configured: bytes | str | None = None) -> bytes:
     approve across processes or restarts set the key."""
     key = configured if configured is not None else os.environ.get("CALLGATE_MASKING_KEY")
     if key is None or key == "":
-        return secrets.token_bytes(32)
+        return _PROCESS_KEY  # one per process, not per guard: a host's guards share their stores
     raw = key.encode() if isinstance(key, str) else key
     return hmac.digest(raw, b"callgate pending action seal v1", "sha256")
 
