@@ -88,3 +88,18 @@ def effects(tmp: Path) -> list[str]:
 from tests.guard.stores.conftest import redis_url  # noqa: E402  (the real redis-server fixture)
 
 __all__ = ["redis_url"]
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """An approvals store for the CLI tests: a SQLite file, or a flushed real redis-server."""
+    if request.param == "sqlite":
+        yield str(tmp_path / "guard.db")
+        return
+    url: str = request.getfixturevalue("redis_url")
+    import redis
+
+    client = redis.Redis.from_url(url)
+    client.flushdb()
+    client.close()
+    yield url

@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -66,20 +65,6 @@ def make_guard(store: str, done: list[dict[str, Any]]) -> Guard:
         approvals=stores.approvals,
         counters=stores.counters,
     )
-
-
-@pytest.fixture(params=["sqlite", "redis"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield str(tmp_path / "guard.db")
-        return
-    url: str = request.getfixturevalue("redis_url")
-    import redis
-
-    client = redis.Redis.from_url(url)
-    client.flushdb()
-    client.close()
-    yield url
 
 
 def invoke(*args: str) -> Any:
