@@ -46,6 +46,7 @@ raises one ``ImportError`` naming the extra.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -72,6 +73,8 @@ if TYPE_CHECKING:
     from telemetry.export import PacedSpanProcessor
 
 __all__ = ["Telemetry", "configure"]
+
+log = logging.getLogger("telemetry")
 
 
 class Telemetry:
@@ -152,6 +155,22 @@ def _global_provider() -> trace_api.TracerProvider | None:
     return provider
 
 
+def _warn_service_name(service_name: str, provider: trace_api.TracerProvider) -> None:
+    """Say so when ``service_name`` cannot reach the host provider's spans: their resource (and
+    so their ``service.name``) is the provider's, fixed when the application built it."""
+    resource = getattr(provider, "resource", None)  # the SDK's TracerProvider exposes it
+    attributes = getattr(resource, "attributes", None) or {}
+    theirs = attributes.get("service.name")
+    if theirs != service_name:
+        log.warning(
+            "configure(service_name=%r) names the trail's and callgate's own exporter's spans; "
+            "spans through the application's TracerProvider carry its service.name %r. Set "
+            "service.name on that provider's Resource to change those.",
+            service_name,
+            theirs,
+        )
+
+
 def configure(
     *,
     service_name: str | None = None,
@@ -190,6 +209,8 @@ def configure(
     """
     if tracer_provider is None and use_global_provider:
         tracer_provider = _global_provider()
+    if service_name is not None and tracer_provider is not None:
+        _warn_service_name(service_name, tracer_provider)
     settings = read_settings(
         service_name=service_name,
         resource_attributes=resource_attributes,

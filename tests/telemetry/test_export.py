@@ -52,6 +52,23 @@ class TestHostProvider:
         assert call_span.instrumentation_scope is not None
         assert call_span.instrumentation_scope.name == "callgate.telemetry"
 
+    def test_a_service_name_the_hosts_spans_cannot_carry_is_said(
+        self, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """service_name under the host's provider is not silently dropped: a warning names both;
+        when the host's resource already says the same name, nothing is said."""
+        from opentelemetry.sdk.resources import Resource
+
+        provider, _ = host_provider()
+        with caplog.at_level("WARNING", logger="telemetry"):
+            configure(trail=False, tracer_provider=provider, service_name="bot", masking_key=KEY)
+        assert any("service_name='bot'" in r.getMessage() for r in caplog.records)
+        caplog.clear()
+        named = TracerProvider(resource=Resource.create({"service.name": "bot"}))
+        with caplog.at_level("WARNING", logger="telemetry"):
+            configure(trail=False, tracer_provider=named, service_name="bot", masking_key=KEY)
+        assert not [r for r in caplog.records if "service_name" in r.getMessage()]
+
     def test_the_hosts_provider_is_not_shut_down(self) -> None:
         """shutdown() closes what callgate made and leaves the host's provider running."""
         provider, exporter = host_provider()
