@@ -108,13 +108,29 @@ def _cell(value: Any) -> str:
 _PERCENT_FIELDS = {"rate", "share"}
 
 
+_DENOMINATORS = {"of_calls": "calls"}
+"""Columns that are a rate's denominator: said once in the title when every row has the same."""
+
+
 def metric_table(title: str, rows: list[Any]) -> Table:
-    """One metric's rows; values are text, never markup (tool names come from the model)."""
+    """One metric's rows; values are text, never markup (tool names come from the model).
+
+    A denominator the same on every row (all calls, for shares of all calls) is said once, in the
+    title, instead of in a column that repeats it."""
+    names = (
+        [f.name for f in fields(rows[0]) if any(getattr(r, f.name) is not None for r in rows)]
+        if rows
+        else []
+    )
+    for name, unit in _DENOMINATORS.items():
+        values = {getattr(r, name) for r in rows} if name in names else set()
+        if len(rows) > 1 and len(values) == 1:
+            names.remove(name)
+            title = f"{title} (of {_cell(values.pop())} {unit})"
     table = Table(title=title, title_justify="left")
     if not rows:
         table.add_column("(no data)")
         return table
-    names = [f.name for f in fields(rows[0]) if any(getattr(r, f.name) is not None for r in rows)]
     for name in names:
         table.add_column(
             name.removesuffix("_ms").replace("_", " "),
