@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -23,6 +23,7 @@ __all__ = [
     "EVAL_RUNS_TABLE",
     "CaseChange",
     "EvalRun",
+    "RateCounts",
     "case_changes",
     "case_rows",
     "ensure_eval_tables",
@@ -154,6 +155,43 @@ class EvalRun:
     runs: int
     passed_runs: int
     rates: dict[str, float | None]
+    counts: dict[str, RateCounts] = field(default_factory=dict)
+    """Per rate, what it counted and its 95% Wilson interval (absent for a rate with nothing)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RateCounts:
+    """A rate's numerator and denominator and its 95% interval, as `callgate eval` computed them."""
+
+    numerator: int
+    denominator: int
+    low: float | None
+    high: float | None
+
+
+def _counts(metrics: object) -> dict[str, RateCounts]:
+    """The rates' counts from a run's stored ``metrics`` JSON (a string on DuckDB)."""
+    try:
+        found = json.loads(metrics) if isinstance(metrics, str) else metrics
+    except ValueError:
+        return {}
+    if not isinstance(found, dict):
+        return {}
+    out: dict[str, RateCounts] = {}
+    for rate in EVAL_RATES:
+        item = found.get(rate)
+        if (
+            isinstance(item, dict)
+            and isinstance(item.get("denominator"), int)
+            and item["denominator"]
+        ):
+            out[rate] = RateCounts(
+                numerator=int(item.get("numerator") or 0),
+                denominator=int(item["denominator"]),
+                low=item.get("low"),
+                high=item.get("high"),
+            )
+    return out
 
 
 def eval_runs(source: Source, *, limit: int = 200) -> list[EvalRun]:
@@ -165,7 +203,7 @@ def eval_runs(source: Source, *, limit: int = 200) -> list[EvalRun]:
     rows = b.fetch(
         f"""SELECT * FROM (
                 SELECT run_id, name, started_at, model, tools_hash, cases, runs, passed_runs,
-                       {", ".join(EVAL_RATES)}
+                       {", ".join(EVAL_RATES)}, metrics
                 FROM {d.eval_runs} ORDER BY started_at DESC, run_id DESC
                 LIMIT {d.param("limit", "int")}
             ) AS newest ORDER BY started_at, run_id""",
@@ -182,6 +220,7 @@ def eval_runs(source: Source, *, limit: int = 200) -> list[EvalRun]:
             runs=row["runs"],
             passed_runs=row["passed_runs"],
             rates={rate: row[rate] for rate in EVAL_RATES},
+            counts=_counts(row.get("metrics")),
         )
         for row in rows
     ]

@@ -35,7 +35,17 @@ def render(ctx: PageContext) -> None:
     newest = runs[-1]
     columns = st.columns(len(EVAL_RATES))
     for column, rate in zip(columns, EVAL_RATES, strict=True):
+        counted = newest.counts.get(rate)
         column.metric(_LABELS[rate], fmt.rate(newest.rates[rate]), border=True)
+        if counted is None:
+            column.caption("nothing to count")
+            continue
+        interval = (
+            f" · 95% CI {fmt.rate(counted.low)} to {fmt.rate(counted.high)}"
+            if counted.low is not None and counted.high is not None
+            else ""
+        )
+        column.caption(f"{counted.numerator:,} of {counted.denominator:,}{interval}")
     # names, models and hashes come from the database: shown as text, never as Markdown
     st.caption(
         f"Newest run: {safe.text(newest.name)} ({safe.text(newest.run_id)}), "

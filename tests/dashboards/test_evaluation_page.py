@@ -53,6 +53,10 @@ class TestAppTest:
         tiles = {m.label: m.value for m in at.metric}
         assert tiles["valid arguments"] == rate(runs[-1].rates["argument_validity"]) == "85.7%"
         assert tiles["precision"] == rate(4 / 7)
+        captions = [str(c.value) for c in at.caption]
+        counted = runs[-1].counts["precision"]
+        assert (counted.numerator, counted.denominator) == (4, 7)
+        assert any(c.startswith("4 of 7 · 95% CI ") for c in captions), captions
         per_run = at.dataframe[0].value.to_dict("records")
         assert [r["name"] for r in per_run] == ["v2", "v1"]
         changed = at.dataframe[1].value.to_dict("records")
