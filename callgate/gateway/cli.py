@@ -6,6 +6,7 @@ import contextlib
 import json
 import logging
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -71,8 +72,38 @@ def gateway(
         raise click.ClickException(
             "serve.stdio.principal is not set: stdio needs one configured principal"
         )
-    with contextlib.suppress(KeyboardInterrupt):  # an interactive stop
+    with contextlib.suppress(KeyboardInterrupt), _one_line():  # Ctrl-C: an interactive stop
         anyio.run(_serve, config, transport, host, port)
+
+
+@contextlib.contextmanager
+def _one_line() -> Iterator[None]:
+    """A gateway error raised inside the task groups arrives wrapped in exception groups: say its
+    one line (upstream, address, cause), not the group's traceback."""
+    from callgate.gateway.gateway import GatewayError
+
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        found = _first(group, (GatewayError, click.ClickException))
+        if found is None:
+            raise
+        if isinstance(found, click.ClickException):
+            raise found from None
+        raise click.ClickException(str(found)) from None
+
+
+def _first(
+    group: BaseExceptionGroup[BaseException], kinds: tuple[type[BaseException], ...]
+) -> BaseException | None:
+    for error in group.exceptions:
+        if isinstance(error, kinds):
+            return error
+        if isinstance(error, BaseExceptionGroup):
+            found = _first(error, kinds)
+            if found is not None:
+                return found
+    return None
 
 
 async def _serve(config: Any, transport: str, host: str | None, port: int | None) -> None:
@@ -203,5 +234,10 @@ def demo_command(workdir: str | None) -> None:
     """Show the gateway in action: a real upstream, a real client, every guard decision printed."""
     from callgate.gateway.demo import run_demo
 
-    for line in run_demo(Path(workdir) if workdir else None):
-        click.echo(json.dumps(line, ensure_ascii=False) if isinstance(line, dict) else line)
+    # Absolute: the demo's config names its store, spans and upstream by path.
+    folder = Path(workdir).resolve() if workdir else None
+    if folder is not None:
+        folder.mkdir(parents=True, exist_ok=True)
+    with _one_line():
+        for line in run_demo(folder):
+            click.echo(json.dumps(line, ensure_ascii=False) if isinstance(line, dict) else line)

@@ -107,7 +107,9 @@ class Gateway:
             try:
                 await upstream.start(group)
             except ConnectionError as err:
-                raise GatewayError(f"upstream {upstream.name!r}: {err}") from err
+                where = upstream.config.url or " ".join(upstream.config.command or ())
+                cause = str(err).removeprefix(f"{upstream.name}: ")
+                raise GatewayError(f"upstream {upstream.name!r} ({where}): {cause}") from err
         problems = [p for u in self.upstreams for p in self._index(u, refuse=True)]
         if problems:
             raise GatewayError("refused at startup:\n  " + "\n  ".join(problems))

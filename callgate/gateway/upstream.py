@@ -196,8 +196,12 @@ class Upstream:
         except TimeoutError:
             self._failure = f"{self.name}: no answer within {self.config.connect_timeout:g} s"
             await self.stop()
-        except Exception as err:
-            self._failure = f"{self.name}: cannot connect: {err}"
+        except Exception as err:  # _connect's ConnectionError already names the upstream
+            self._failure = (
+                str(err)
+                if isinstance(err, ConnectionError)
+                else f"{self.name}: cannot connect: {err}"
+            )
             log.warning("upstream %s: %s", self.name, self._failure)
             await self.stop()
         finally:

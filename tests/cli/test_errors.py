@@ -3,6 +3,7 @@ stderr and a non-zero exit: an error a person can act on, never a traceback."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -36,6 +37,7 @@ CASES: dict[str, list[str]] = {
     "gateway: missing config": ["gateway", "--config", "{tmp}/missing.yaml"],
     "gateway: bad config": ["gateway", "--config", "{tmp}/bad.yaml"],
     "gateway pin: bad config": ["gateway", "pin", "--config", "{tmp}/bad.yaml"],
+    "gateway: upstream cannot start": ["gateway", "--config", "{tmp}/badup.yaml"],
     "approvals list: missing store": ["approvals", "list", "--store", "{tmp}/missing.sqlite"],
     "approvals list: not a store": ["approvals", "list", "--store", "{tmp}/notdb.duckdb"],
     "approvals show: not a store": ["approvals", "show", "apr_1", "--store", "{tmp}/bad.sqlite"],
@@ -50,6 +52,11 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (tmp / "bad.yaml").write_text("{not: [valid\n")
     (tmp / "cases.jsonl").write_text('{"id": "c1", "messages": []}\n')
     (tmp / "spans.jsonl").write_text("{}\n")
+    (tmp / "badup.yaml").write_text(
+        "upstreams:\n  shop:\n    command: /nonexistent/server\n"
+        "principals:\n  alice:\n    role: agent\n    tools: ['*']\n"
+        "serve:\n  stdio:\n    principal: alice\n"
+    )
     return tmp
 
 
@@ -64,8 +71,29 @@ def test_one_line_and_a_non_zero_exit(files: Path, name: str) -> None:
         text=True,
         timeout=60,
         stdin=subprocess.DEVNULL,
+        env={**os.environ, "CALLGATE_MASKING_KEY": "cli-errors-test"},
     )
-    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    # Log records (WARNING ...) are the process's own diagnostics, not the command's error line.
+    lines = [
+        line
+        for line in done.stderr.splitlines()
+        if line.strip() and not line.startswith(("WARNING ", "INFO "))
+    ]
     assert done.returncode != 0, (done.stdout, done.stderr)
     assert "Traceback" not in done.stderr and "Exception Group" not in done.stderr, done.stderr
     assert len(lines) == 1, done.stderr
+
+
+def test_gateway_demo_takes_a_relative_workdir(tmp_path: Path) -> None:
+    """`gateway demo --workdir DIR` from any folder: DIR is made under it and the demo runs."""
+    done = subprocess.run(
+        [sys.executable, "-m", "callgate", "gateway", "demo", "--workdir", "rel"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    assert (tmp_path / "rel" / "gateway.yaml").exists() and (tmp_path / "rel" / "spans").is_dir()
