@@ -93,7 +93,17 @@ _WRITABLE = click.option(
 
 @click.group()
 def approvals() -> None:
-    """Pending actions a human must decide: list, show, approve, deny."""
+    """Pending actions a human must decide: list, show, approve, deny.
+
+    \b
+    Examples:
+      callgate approvals list --store guard.db
+      callgate approvals show apr_1b2c3d --store guard.db
+      callgate approvals approve apr_1b2c3d --store redis://127.0.0.1:6379/0 --by alice
+
+    Exit codes: 0 done, 1 the store cannot be read, the approval is unknown, or (approve, deny)
+    someone else's decision is the one recorded (named), 2 bad options.
+    """
 
 
 @approvals.command("list")

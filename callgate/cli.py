@@ -243,7 +243,16 @@ def demo(
     host: str,
     port: int,
 ) -> None:
-    """Simulated agent traffic through the guard, into span files and DuckDB; report; dashboard."""
+    """Simulated agent traffic through the guard, into span files and DuckDB; report; dashboard.
+
+    \b
+    Examples:
+      callgate demo
+      callgate demo --sessions 500 --no-dashboard --out demo-out/small
+      callgate demo --otlp
+
+    Exit codes: 0 done (or stopped with Ctrl-C), 1 a busy port or an unwritable --out, 2 bad options.
+    """
     from rich.console import Console
 
     from callgate.demo import DemoOptions, default_out, show

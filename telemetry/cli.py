@@ -126,7 +126,17 @@ def sidecar(
     idle_timeout: float,
     processes: int,
 ) -> None:
-    """Receive OTLP traces on this host and write them as OTLP JSON lines, like the local trail."""
+    """Receive OTLP traces on this host and write them as OTLP JSON lines, like the local trail.
+
+    \b
+    Examples:
+      callgate sidecar --dir sidecar-spans
+      callgate sidecar --dir sidecar-spans --processes 2 --grpc-port 4317 --http-port 4318
+      callgate sidecar --host 0.0.0.0 --token-file /run/secrets/otlp-token
+
+    Exit codes: 0 stopped (Ctrl-C, SIGTERM), 1 a port is busy or the directory cannot be written,
+    2 bad options (a non-loopback --host without a token or --insecure).
+    """
     from telemetry.sidecar import OTLPReceiver  # grpc and protobuf: only when the command runs
 
     if token_file is not None:

@@ -48,7 +48,18 @@ def _load(config_path: str) -> Any:
 def gateway(
     ctx: click.Context, config_path: str | None, transport: str, host: str | None, port: int | None
 ) -> None:
-    """Put any MCP server's tools behind the guard: callgate gateway --config gateway.yaml"""
+    """Put any MCP server's tools behind the guard: callgate gateway --config gateway.yaml
+
+    \b
+    Examples:
+      callgate gateway --config gateway.yaml
+      callgate gateway --config gateway.yaml --transport http --port 8765
+      callgate gateway pin --config gateway.yaml
+      callgate gateway demo --workdir gateway-demo
+
+    Exit codes: 0 stopped, 1 the config is refused or an upstream cannot start (one line: which,
+    where, why), 2 bad options.
+    """
     if ctx.invoked_subcommand is not None:
         return
     if config_path is None:
