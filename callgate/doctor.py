@@ -208,7 +208,14 @@ def doctor() -> None:
 
     For each top-level name callgate installs (analytics, callgate, dashboards, guard, telemetry):
     another installed distribution that also installs it, or a package Python would import under
-    it that is not callgate's (elsewhere on the path, or its files overwritten). Exit 1 when any.
+    it that is not callgate's (elsewhere on the path, or its files overwritten).
+
+    \b
+    Examples:
+      callgate doctor
+      python -m callgate doctor   # when another package's `callgate` shadows the command
+
+    Exit codes: 0 every name is callgate's alone, 1 a finding (each named, with what to do).
     """
     problems = find_problems(ROOTS)
     for problem in problems:

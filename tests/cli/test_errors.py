@@ -97,3 +97,15 @@ def test_gateway_demo_takes_a_relative_workdir(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr
     assert (tmp_path / "rel" / "gateway.yaml").exists() and (tmp_path / "rel" / "spans").is_dir()
+
+
+def test_every_command_shows_examples_and_exit_codes() -> None:
+    """`callgate CMD --help` has an Examples section and says what each exit code means."""
+    from click.testing import CliRunner
+
+    from callgate.cli import COMMANDS, main
+
+    for name in [*(entry.name for entry in COMMANDS), "demo"]:
+        result = CliRunner().invoke(main, [name, "--help"], terminal_width=120)
+        assert result.exit_code == 0, (name, result.output)
+        assert "Examples:" in result.output and "Exit codes:" in result.output, name
