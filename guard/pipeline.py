@@ -361,10 +361,11 @@ class Guard:
                     key, call.fingerprint or "", text, now=call.now, ttl=env.policy.idempotency_ttl
                 )
         else:
-            env.idempotency.release(call.idempotency_key)
             if result.outcome is Outcome.UNKNOWN:
                 # The backend dedupes, so this session may retry under its own key; the actor's
                 # other sessions may not run it anew under theirs: the lock keeps "unknown".
+                # Recorded while this claim still holds the lock, so the lock stays this
+                # session's (its retry is free) and the release below leaves it in place.
                 env.idempotency.complete(
                     lock_of(call),
                     call.fingerprint or "",
@@ -372,6 +373,7 @@ class Guard:
                     now=call.now,
                     ttl=env.policy.idempotency_ttl,
                 )
+            env.idempotency.release(call.idempotency_key)
         call.claimed = False
 
     def _interrupted(self, call: Call) -> None:
@@ -401,6 +403,13 @@ class Guard:
         return self._run(call, stages)
 
     def _resume(self, approval_id: str, *, approve: bool, by: str) -> tuple[Call, list[Stage]]:
+        if approve:
+            # Checked before the decision is recorded: an approval recorded here for an action
+            # this process cannot verify (edited, or sealed with another key) would stand in the
+            # store, and a process that can verify it would run what this one said did not run.
+            filed = self.env.approvals.get(approval_id)
+            if filed is not None and not sealed(filed, self.env.seal_key):
+                approve, by = False, f"{by} (refused: the action's seal did not verify)"
         action = self.env.approvals.decide(
             approval_id, approve=approve, by=by, now=self.env.clock.now()
         )

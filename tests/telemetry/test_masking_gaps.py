@@ -268,3 +268,29 @@ class TestLogFilterLifetime:
         untouched = configure(trail=False, masking_key=KEY, metrics=False, mask_logs=False)
         assert ours() == []
         untouched.shutdown()
+
+
+class TestCardAmongDigitGroups:
+    """A card beside other digit groups (a phone number, an order number) is masked whole."""
+
+    CARD = "4539 1488 0343 6467"
+
+    @settings(max_examples=200, deadline=None)
+    @given(
+        before=st.lists(st.from_regex(r"\A[0-3]{1,4}\Z"), max_size=4),
+        after=st.lists(st.from_regex(r"\A[0-3]{1,4}\Z"), max_size=4),
+        plus=st.booleans(),
+    )
+    def test_no_group_of_the_card_is_left(
+        self, before: list[str], after: list[str], plus: bool
+    ) -> None:
+        """Whatever digit groups stand around it, none of the card's groups survives masking."""
+        text = ("+" if plus else "") + " ".join([*before, self.CARD, *after])
+        masked = Masker(key=KEY).text(text)
+        for group in ("4539", "1488", "6467"):  # groups of digits 0-3 only cannot spell these
+            assert group not in masked, masked
+
+    def test_a_phone_number_then_a_card(self) -> None:
+        """The case hypothesis found: `+1 415 555 0100 4111 1111 1111 1111` left `1111 1111`."""
+        masked = Masker(key=KEY).text("+1 415 555 0100 4111 1111 1111 1111")
+        assert "1111" not in masked and "REDACTED" in masked
