@@ -72,7 +72,10 @@ def _ping() -> int:
     that one's writer is then made during a request (and a factory that fails, fails there).
     """
     if _ready is not None:
-        _ready.wait(_START_TIMEOUT)
+        try:
+            _ready.wait(_START_TIMEOUT)
+        except threading.BrokenBarrierError as error:  # a sibling died starting: the pool did
+            raise BrokenProcessPool("another sidecar worker did not start") from error
     return os.getpid()
 
 
