@@ -7,6 +7,7 @@ exported over OTLP to a sidecar that writes the span files, loaded live while th
 
 from __future__ import annotations
 
+import inspect
 import shlex
 import shutil
 import signal
@@ -32,7 +33,7 @@ from rich.progress import (
 import telemetry
 from analytics.database import open_database
 from analytics.load import discover_files, load
-from callgate.fleet import Fleet, Tally
+from callgate.fleet import Fleet, Tally, demo_shop
 from telemetry import logfilter
 from telemetry.sidecar import OTLPReceiver
 from telemetry.trail import SpanFileWriter
@@ -241,6 +242,7 @@ def show(options: DemoOptions, console: Console, *, dashboard: bool, host: str, 
         if run.database is None:
             return
         _report(run.database, console)
+        _replay_hint(options, run.database, console)
         if not dashboard:
             return
         if server is None:
@@ -273,6 +275,30 @@ def callgate_command() -> list[str]:
         except ValueError:
             return [str(script.absolute())]
     return [sys.executable, "-m", "callgate"]
+
+
+def _replay_hint(options: DemoOptions, database: Path, console: Console) -> None:
+    """The export and replay commands that turn this run into regression tests, as one line each.
+
+    The spans carry customers as pseudonyms keyed with the demo's masking key: the export names
+    them back with that key and the ids the run could have used (``CUS-1`` upwards, fewer than one
+    per session). ``demo_shop`` rebuilds the default run's orders; a smaller run with the same seed
+    has the first of the same seeded orders, so it replays against the same target.
+    """
+    target = inspect.signature(demo_shop).parameters
+    if options.seed != target["seed"].default or options.sessions > target["sessions"].default:
+        return  # no factory rebuilds these orders: a replay would report every call as changed
+    scenario = database.parent / "scenario.jsonl"
+    principals = f"$(printf -- '--principal CUS-%d ' $(seq {max(2, options.sessions)}))"
+    export = [*callgate_command(), "export", "--db", str(database), "--scenario", str(scenario)]
+    replay = [*callgate_command(), "replay", str(scenario), "--check"]
+    commands = [
+        f"CALLGATE_MASKING_KEY={DEMO_MASKING_KEY} {shlex.join(export)} {principals}",
+        shlex.join([*replay, "--app", "callgate.fleet:demo_shop"]),
+    ]
+    console.print("\nthe run as regression tests (export, then replay against the demo's shop):")
+    for command in commands:
+        console.print("  " + command, soft_wrap=True, markup=False, highlight=False)
 
 
 def _exit(signum: int, frame: object) -> None:

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import re
 import sys
 import types
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from agents.tracing import set_trace_processors
 from agents.tracing.processors import default_processor
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "integrations.md"
-BLOCKS = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.DOTALL)
+from tests.docs_blocks import ROOT, code_blocks
+
+DOC = ROOT / "docs" / "integrations.md"
+BLOCKS = [block.text for block in code_blocks(DOC) if block.language == "python"]
 
 
 @pytest.fixture(autouse=True)
