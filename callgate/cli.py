@@ -95,6 +95,12 @@ COMMANDS = (
         "database.",
     ),
     Entry(
+        name="outcomes",
+        target="callgate.outcomes:outcomes",
+        extra=None,
+        help="Writes whose outcome is unknown: list them, settle one as applied or not applied.",
+    ),
+    Entry(
         name="replay",
         target="callgate.replay_cli:replay",
         extra="cli",

@@ -127,6 +127,9 @@ class CheckContext(Generic[DepsT]):
     lookup: Callable[[object], Provenance] | None = None
     """Set by the guard when it keeps provenance (``Policy.record_provenance``, or an
     argument-level ``taint_mode`` with tools that declare sinks)."""
+    approval_id: str | None = None
+    """Set when the checks run again on a call a human approved: the proposal already passed
+    them once, so a check that counts (a rate window) must not count it a second time."""
 
     def warn(self, code: ReasonCode, message: str | None = None) -> None:
         """Let the call through with a warning: the model reads it with the result, spans count it."""

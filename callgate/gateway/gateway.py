@@ -38,6 +38,7 @@ from guard import (
     ToolResult,
     ToolSpec,
 )
+from guard.stages.idempotency import approval_key
 from guard.stores import ApprovalState, PendingAction, Stores
 
 __all__ = ["Gateway", "GatewayError", "Stores"]
@@ -262,12 +263,17 @@ class Gateway:
             self.stores.counters.incr(_denied_key(action.proposal_key), now=self.now(), ttl=ttl)
 
     def adopt(self, actions: list[PendingAction]) -> int:
-        """Watch pending actions an earlier gateway process left in the store, and remember the
-        denied ones; how many are watched."""
+        """Watch pending actions an earlier gateway process left in the store, and approved ones
+        that never ran (approved while no gateway ran, or the one that held them died before
+        running them); remember the denied ones. How many are watched: the watcher runs the
+        approved ones at once, through the guard (seal checked, rules re-run), under the
+        approval's own key, so two gateways adopting the same action run it once."""
         adopted = 0
         for action in actions:
             self.remember_denied(action)
-            if action.state is ApprovalState.PENDING and action.tool in self.entries:
+            if action.tool in self.entries and (
+                action.state is ApprovalState.PENDING or self._approved_not_run(action)
+            ):
                 self._outstanding[action.id] = Outstanding(
                     approval_id=action.id,
                     session_id=action.session_id,
@@ -275,6 +281,14 @@ class Gateway:
                 )
                 adopted += 1
         return adopted
+
+    def _approved_not_run(self, action: PendingAction) -> bool:
+        """Approved, and its key holds no result: it never ran, or its run was cut off (the
+        guard then finds the dead claim and answers as its tool's backend allows)."""
+        if action.state is not ApprovalState.APPROVED:
+            return False
+        record = self.stores.idempotency.record(approval_key(action.id))
+        return record is None or record.result is None
 
     def pending(self, approval_id: str) -> PendingAction | None:
         return self.stores.approvals.get(approval_id)

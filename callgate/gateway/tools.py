@@ -145,7 +145,8 @@ def _check(
             raise _changed(entry.exposed)
         now = time.time()
         who = context.principal.id
-        if rate is not None:
+        # An approved call's re-check: its proposal already counted in the window it was made.
+        if rate is not None and context.approval_id is None:
             window = int(now // rate.seconds)
             key = f"gw:rate:{who}:{entry.exposed}:{window}"
             if counters.incr(key, now=now, ttl=rate.seconds * 2) > rate.calls:

@@ -15,7 +15,15 @@ from guard.session import Principal
 from guard.stages.base import Env, digest, reject
 from guard.stores.base import ClaimState
 
-__all__ = ["IdempotencyStage", "actor", "approval_key", "lock_key", "lock_of", "proposal_key"]
+__all__ = [
+    "IdempotencyStage",
+    "actor",
+    "approval_key",
+    "lock_key",
+    "lock_of",
+    "proposal_key",
+    "settled_by",
+]
 
 log = logging.getLogger("guard")
 
@@ -258,6 +266,37 @@ def settled(call: Call, outcome: Outcome) -> ToolResult:
     return replace(result, replayed=True)
 
 
+def settled_by(
+    outcome: Outcome, *, by: str, tool: str | None, key: str, approval_id: str | None
+) -> ToolResult:
+    """What a human's settlement (``callgate outcomes settle``) records for ``key``: the answer
+    ``settled`` gives, naming who settled it instead of a status check."""
+    if outcome is Outcome.APPLIED:
+        return ToolResult(
+            ok=True,
+            code=Code.OK,
+            message=f"An earlier attempt of this call took effect ({by} checked and settled it). "
+            "Nothing was done again.",
+            replayed=True,
+            outcome=Outcome.APPLIED,
+            tool=tool,
+            idempotency_key=key,
+            approval_id=approval_id,
+        )
+    return ToolResult(
+        ok=False,
+        code=Code.UPSTREAM_UNAVAILABLE,
+        message=f"An earlier attempt of this call did not take effect ({by} checked and settled "
+        "it). Nothing was done; tell the user, and send it again only with a new request id.",
+        replayed=True,
+        outcome=Outcome.NOT_APPLIED,
+        tool=tool,
+        idempotency_key=key,
+        approval_id=approval_id,
+        fixable=Code.UPSTREAM_UNAVAILABLE.fixable,
+    )
+
+
 def lock_of(call: Call) -> str:
     """The actor's in-flight lock of a write ``call`` whose schema ran."""
     assert call.spec is not None
@@ -280,6 +319,7 @@ def stored(result: ToolResult) -> str:
     return json.dumps(
         {
             "ok": result.ok,
+            "tool": result.tool,
             "code": str(result.code),
             "message": result.message,
             "data": result.data,

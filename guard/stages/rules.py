@@ -195,7 +195,11 @@ def check_context(call: Call, env: Env) -> CheckContext[Any]:
 
     deps = env.deps if call.deps is None else call.deps
     return CheckContext(
-        principal=call.principal, session_id=call.session_id, deps=deps, lookup=lookup
+        principal=call.principal,
+        session_id=call.session_id,
+        deps=deps,
+        lookup=lookup,
+        approval_id=call.approval.id if call.approval is not None else None,
     )
 
 

@@ -11,6 +11,7 @@ from guard.stores.base import (
     ClaimState,
     CounterStore,
     IdempotencyStore,
+    KeyRecord,
     PendingAction,
     StoreFull,
 )
@@ -31,6 +32,7 @@ __all__ = [
     "ClaimState",
     "CounterStore",
     "IdempotencyStore",
+    "KeyRecord",
     "MemoryApprovalStore",
     "MemoryCounterStore",
     "MemoryIdempotencyStore",

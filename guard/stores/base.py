@@ -19,6 +19,7 @@ __all__ = [
     "ClaimState",
     "CounterStore",
     "IdempotencyStore",
+    "KeyRecord",
     "PendingAction",
     "StoreFull",
 ]
@@ -52,6 +53,22 @@ class Claim:
     """The stored result (JSON text) when ``state`` is COMPLETED."""
     holder: str | None = None
     """Set when the answer is the ``lock``'s, not the key's: the key of the attempt holding it."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class KeyRecord:
+    """What the idempotency store holds under one key, for a human's listing (``callgate outcomes``)."""
+
+    key: str
+    fingerprint: str
+    result: str | None
+    """The stored result (JSON text); None while the key is claimed and in flight."""
+    claimed_at: float
+    """When the attempt that wrote it claimed the key (or when the result was recorded)."""
+    expires_at: float
+    """The end of the lease while claimed, of replay once completed."""
+    holder: str | None = None
+    """On an actor's lock: the key of the attempt holding it."""
 
 
 class IdempotencyStore(Protocol):
@@ -92,6 +109,14 @@ class IdempotencyStore(Protocol):
 
     def purge(self, now: float) -> int:
         """Delete expired entries; returns how many."""
+
+    def record(self, key: str) -> KeyRecord | None:
+        """What ``key`` holds (claim, result or lock), expired or not; None if nothing."""
+
+    def unknown(self, *, now: float) -> list[KeyRecord]:
+        """Every unexpired key, claim or lock, whose stored result says the outcome is unknown
+        (``outcome_unknown``), in any order: what a human settles. A scan: for operators, not
+        for the call path."""
 
 
 class ApprovalState(StrEnum):

@@ -39,6 +39,7 @@ from guard.stores.base import (
     Claim,
     CounterStore,
     IdempotencyStore,
+    KeyRecord,
     PendingAction,
     StoreFull,
 )
@@ -271,6 +272,32 @@ class MemoryIdempotencyStore(_ExpiringMap[_Record]):
 
     def purge(self, now: float) -> int:
         return self._purge(now)
+
+    def record(self, key: str) -> KeyRecord | None:
+        with self._lock:
+            entry = self._entries.get(key)
+            return None if entry is None else _key_record(key, entry)
+
+    def unknown(self, *, now: float) -> list[KeyRecord]:
+        with self._lock:
+            return [
+                _key_record(key, entry)
+                for key, entry in self._entries.items()
+                if entry.result is not None
+                and not entry.expires_at < now
+                and outcome_unknown(entry.result)
+            ]
+
+
+def _key_record(key: str, entry: _Record) -> KeyRecord:
+    return KeyRecord(
+        key=key,
+        fingerprint=entry.fingerprint,
+        result=entry.result,
+        claimed_at=entry.claimed_at,
+        expires_at=entry.expires_at,
+        holder=entry.holder,
+    )
 
 
 class _Held:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from guard.stores._rules import (
     CLAIMED,
+    UNKNOWN_MARK,
     claim_deadline,
     claim_outcome,
     decision,
@@ -37,6 +38,7 @@ from guard.stores.base import (
     Claim,
     CounterStore,
     IdempotencyStore,
+    KeyRecord,
     PendingAction,
 )
 from guard.stores.bundle import Stores
@@ -250,6 +252,24 @@ class SQLiteIdempotencyStore(SQLiteStoreBase):
             "DELETE FROM idempotency WHERE expires_at < :now", {"now": now}
         )
         return cursor.rowcount
+
+    def record(self, key: str) -> KeyRecord | None:
+        row = self._conn().execute(_SELECT_KEY_RECORD + " WHERE key = :key", {"key": key})
+        found = row.fetchone()
+        return None if found is None else KeyRecord(**dict(zip(_KEY_RECORD, found, strict=True)))
+
+    def unknown(self, *, now: float) -> list[KeyRecord]:
+        # instr() narrows to results spelling the mark; outcome_unknown parses to be sure.
+        rows = self._conn().execute(
+            _SELECT_KEY_RECORD + " WHERE instr(result, :mark) > 0 AND expires_at >= :now",
+            {"mark": UNKNOWN_MARK, "now": now},
+        )
+        records = [KeyRecord(**dict(zip(_KEY_RECORD, row, strict=True))) for row in rows]
+        return [r for r in records if r.result is not None and outcome_unknown(r.result)]
+
+
+_KEY_RECORD = ("key", "fingerprint", "result", "claimed_at", "expires_at", "holder")
+_SELECT_KEY_RECORD = f"SELECT {', '.join(_KEY_RECORD)} FROM idempotency"
 
 
 _APPROVAL_COLUMNS = PENDING_ACTION_FIELDS

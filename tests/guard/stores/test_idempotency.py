@@ -317,3 +317,57 @@ class TestLock:
         """``stored`` of an unknown result carries the mark the stores look for first."""
         result = ToolResult(ok=False, code=Code.TIMEOUT, message="m", outcome=Outcome.UNKNOWN)
         assert UNKNOWN_MARK in stored(result) and outcome_unknown(stored(result))
+
+
+class TestUnknownListing:
+    """``record`` and ``unknown``: what an operator settling unknown outcomes reads."""
+
+    def test_unknown_lists_the_key_and_the_lock_keeping_it(self, store: IdempotencyStore) -> None:
+        """An unknown result is listed under its key and the lock it holds; known ones are not."""
+        locked(store, "k1", now=0.0)
+        store.complete("k1", "f", UNKNOWN, now=1.0, ttl=TTL)
+        claim(store, "k2", now=1.0)
+        store.complete("k2", "f", APPLIED, now=1.0, ttl=TTL)
+        claim(store, "k3", now=1.0)  # in flight: no result yet
+        found = {record.key: record for record in store.unknown(now=2.0)}
+        assert sorted(found) == ["k1", "lock"]
+        assert found["lock"].holder == "k1" and found["k1"].holder is None
+        assert found["k1"].result == UNKNOWN and found["k1"].fingerprint == "f"
+        assert found["k1"].expires_at == 1.0 + TTL
+
+    def test_expired_unknowns_are_not_listed(self, store: IdempotencyStore) -> None:
+        """Past its replay window an unknown result no longer answers repeats, so is not listed."""
+        claim(store, "k1", now=0.0)
+        store.complete("k1", "f", UNKNOWN, now=1.0, ttl=TTL)
+        assert store.unknown(now=2.0 + TTL) == []
+
+    def test_a_mark_inside_the_data_is_not_an_unknown_outcome(
+        self, store: IdempotencyStore
+    ) -> None:
+        """Only the result's own outcome counts, not a tool's data spelling the same text."""
+        claim(store, "k1", now=0.0)
+        store.complete("k1", "f", '{"data":{"outcome":"unknown"},"outcome":"applied"}', now=1.0,
+                       ttl=TTL)  # fmt: skip
+        assert store.unknown(now=2.0) == []
+
+    def test_record_reads_claims_results_and_absent_keys(self, store: IdempotencyStore) -> None:
+        """In flight: no result; completed: the result; never stored: None."""
+        claim(store, "k1", now=0.0)
+        assert (record := store.record("k1")) is not None and record.result is None
+        assert record.claimed_at == 0.0
+        store.complete("k1", "f", APPLIED, now=1.0, ttl=TTL)
+        assert (record := store.record("k1")) is not None and record.result == APPLIED
+        assert store.record("nope") is None
+
+    def test_completing_a_listed_lock_settles_it_for_every_later_claim(
+        self, store: IdempotencyStore
+    ) -> None:
+        """Settling the lock's unknown: another key's claim of the lock replays the settled result."""
+        locked(store, "k1", now=0.0)
+        store.complete("k1", "f", UNKNOWN, now=1.0, ttl=TTL)
+        for key in ("k1", "lock"):
+            store.complete(key, "f", APPLIED, now=2.0, ttl=TTL)
+        assert store.unknown(now=3.0) == []
+        assert locked(store, "k2", now=3.0) == Claim(
+            state=ClaimState.COMPLETED, result=APPLIED, holder="k1"
+        )
