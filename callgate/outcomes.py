@@ -144,7 +144,16 @@ _WRITABLE = click.option(
 
 @click.group()
 def outcomes() -> None:
-    """Writes whose outcome is unknown: list them, settle one as applied or not applied."""
+    """Writes whose outcome is unknown: list them, settle one as applied or not applied.
+
+    \b
+    Examples:
+      callgate outcomes list --store guard.db
+      callgate outcomes settle k_3f9a... --applied --by alice --store guard.db
+
+    Exit codes: 0 done, 1 the store cannot be read or the key is not unknown (its state named),
+    2 bad options (settle needs --applied or --not-applied).
+    """
 
 
 @outcomes.command("list")
