@@ -30,7 +30,7 @@ from guard.approval_view import (
 )
 from guard.stores import ApprovalState, PendingAction, Stores, open_sqlite_stores
 
-__all__ = ["approvals", "list_actions", "open_stores"]
+__all__ = ["approvals", "list_actions", "open_stores", "opened_stores"]
 
 
 def open_stores(
@@ -56,7 +56,9 @@ def list_actions(stores: Stores, *, state: ApprovalState | None = None) -> list[
 
 
 @contextmanager
-def _opened(store: str | None, allow_writable: bool) -> Iterator[Stores]:
+def opened_stores(store: str | None, allow_writable: bool) -> Iterator[Stores]:
+    """The stores ``--store`` (or ``$CALLGATE_STORE``) names, closed on exit; every problem
+    opening them is one ``click`` error line (the approvals and outcomes commands share it)."""
     spec = store or os.environ.get("CALLGATE_STORE")
     if not spec:
         raise click.UsageError("name the store: --store PATH_OR_REDIS_URL (or CALLGATE_STORE)")
@@ -67,7 +69,7 @@ def _opened(store: str | None, allow_writable: bool) -> Iterator[Stores]:
     except PermissionError as err:
         raise click.ClickException(str(err)) from None
     except sqlite3.DatabaseError as err:  # another kind of file: say so, in one line
-        raise click.ClickException(f"{spec} is not an approvals store (SQLite): {err}") from None
+        raise click.ClickException(f"{spec} is not a callgate store (SQLite): {err}") from None
     try:
         yield stores
     finally:
@@ -118,7 +120,7 @@ def approvals() -> None:
 @_WRITABLE
 def list_command(store: str | None, state: str | None, as_json: bool, allow_writable: bool) -> None:
     """List approvals, newest first (sensitive arguments masked, hidden characters escaped)."""
-    with _opened(store, allow_writable) as stores:
+    with opened_stores(store, allow_writable) as stores:
         actions = list_actions(stores, state=ApprovalState(state) if state else None)
     if as_json:
         for action in actions:
@@ -138,7 +140,7 @@ def list_command(store: str | None, state: str | None, as_json: bool, allow_writ
 def show_command(store: str | None, approval_id: str, allow_writable: bool) -> None:
     """Everything about one approval: the arguments it binds (sensitive ones masked), who asked
     and whether they were identified, the checks' warnings, who decided, expiry."""
-    with _opened(store, allow_writable) as stores:
+    with opened_stores(store, allow_writable) as stores:
         action = stores.approvals.get(approval_id)
     if action is None:
         raise click.ClickException(f"no approval {visible(approval_id)}")
@@ -149,7 +151,7 @@ def _decide(
     store: str | None, approval_id: str, *, approve: bool, by: str, allow_writable: bool
 ) -> None:
     now = time.time()
-    with _opened(store, allow_writable) as stores:
+    with opened_stores(store, allow_writable) as stores:
         action = stores.approvals.decide(approval_id, approve=approve, by=by, now=now)
     if action is None:
         raise click.ClickException(f"no approval {visible(approval_id)}")

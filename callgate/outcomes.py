@@ -17,16 +17,13 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
 import click
 
-from callgate.approvals import open_stores
+from callgate.approvals import opened_stores
 from guard.approval_view import visible, visible_json
 from guard.result import Outcome
 from guard.stages.idempotency import settled_by, stored
@@ -106,25 +103,6 @@ def _when(at: float) -> str:
     return datetime.fromtimestamp(at, UTC).isoformat(timespec="seconds")
 
 
-@contextmanager
-def _opened(store: str | None, allow_writable: bool) -> Iterator[Stores]:
-    spec = store or os.environ.get("CALLGATE_STORE")
-    if not spec:
-        raise click.UsageError("name the store: --store PATH_OR_REDIS_URL (or CALLGATE_STORE)")
-    if not spec.startswith(("redis://", "rediss://", "unix://")) and not os.path.exists(spec):
-        raise click.ClickException(f"no store at {spec}")
-    try:
-        stores = open_stores(spec, allow_writable_file=allow_writable)
-    except PermissionError as err:
-        raise click.ClickException(str(err)) from None
-    except sqlite3.DatabaseError as err:  # another kind of file: say so, in one line
-        raise click.ClickException(f"{spec} is not a callgate store (SQLite): {err}") from None
-    try:
-        yield stores
-    finally:
-        stores.close()
-
-
 _STORE = click.option(
     "--store",
     envvar="CALLGATE_STORE",
@@ -170,7 +148,7 @@ def list_command(store: str | None, as_json: bool, allow_writable: bool) -> None
 
     Exit codes: 0 listed (also when none), 1 no store or an unreadable one, 2 bad options.
     """
-    with _opened(store, allow_writable) as stores:
+    with opened_stores(store, allow_writable) as stores:
         records = unknown_outcomes(stores, now=time.time())
     if as_json:
         for record in records:
@@ -215,7 +193,7 @@ def settle_command(
     if applied is None:
         raise click.UsageError("say what the backend says: --applied or --not-applied")
     who = by or os.environ.get("USER") or os.environ.get("USERNAME") or "operator"
-    with _opened(store, allow_writable) as stores:
+    with opened_stores(store, allow_writable) as stores:
         try:
             written = settle(stores, key, applied=applied, by=who, now=time.time())
         except ValueError as err:

@@ -75,7 +75,8 @@ def presented_token(header: HeaderValue) -> bytes | None:
 class TokenVerifier(Protocol[T_co]):
     """Who an ``Authorization`` value stands for, or ``None``: never raises, whatever the value."""
 
-    def verify(self, header: HeaderValue) -> T_co | None: ...
+    def verify(self, header: HeaderValue) -> T_co | None:
+        """The principal (or ``True``) ``header`` stands for; ``None`` for anything else."""
 
 
 class BearerTokens(Generic[T]):
