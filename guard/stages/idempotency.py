@@ -121,7 +121,7 @@ class IdempotencyStage:
             return None
         if claim.state is ClaimState.COMPLETED:
             if spec.reconcile is not None and _unknown(claim.result):
-                return self._settle(call) or replayed(
+                return self._settle(call, _sent_under(call, claim.result)) or replayed(
                     call, claim.result or "{}", codes=env.registry.codes
                 )
             return replayed(call, claim.result or "{}", codes=env.registry.codes)
@@ -142,11 +142,11 @@ class IdempotencyStage:
             "This action was already recorded with different arguments. Do not retry it.",
         )
 
-    def _settle(self, call: Call) -> ToolResult | None:
+    def _settle(self, call: Call, sent_under: str | None = None) -> ToolResult | None:
         """The earlier outcome was unknown: ask the tool's status check, and record what it says
         as the key's result. Settled not applied, the call is not run again here: another repeat
         may be settling it at the same moment, and only a claim may run a write."""
-        outcome = self._status(call)
+        outcome = self._status(call, sent_under)
         if outcome is Outcome.UNKNOWN:
             return None
         return self._record(call, settled(call, outcome))
@@ -180,14 +180,14 @@ class IdempotencyStage:
             "An identical call is still running. Do not send it again; wait for its result.",
         )
 
-    def _status(self, call: Call) -> Outcome:
+    def _status(self, call: Call, sent_under: str | None = None) -> Outcome:
         """The tool's status check; a check that fails leaves the outcome unknown (logged)."""
         assert call.spec is not None and call.spec.reconcile is not None
         context = ToolContext(
             principal=call.principal,
             session_id=call.session_id,
             call_id=call.call_id,
-            idempotency_key=call.idempotency_key,
+            idempotency_key=sent_under or call.idempotency_key,
             attempt=0,
             timeout=call.spec.timeout,
             approval_id=call.approval.id if call.approval else None,
@@ -362,3 +362,12 @@ def replayed(call: Call, text: str, *, codes: Mapping[str, ReasonCode]) -> ToolR
         approval_id=saved.get("approval_id"),
         warnings=warnings,
     )
+
+
+def _sent_under(call: Call, text: str | None) -> str | None:
+    """The key the backend was sent for a stored result: an approved action runs under its
+    approval's key, and a repeat of its proposal must ask the status check about that one."""
+    if not text or '"approval_id":' not in text:
+        return None
+    approval_id = json.loads(text).get("approval_id")
+    return approval_key(approval_id) if approval_id else None
