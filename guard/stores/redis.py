@@ -380,47 +380,6 @@ class RedisCounterStore(_RedisStore):
         """Delete expired counters Redis has not expired itself; returns how many (may be 0)."""
         return sum(int(self._purge(keys=batch, args=[repr(now)])) for batch in self._scan())
 
-    def record(self, key: str) -> KeyRecord | None:
-        return self._key_record(key, self._client.hmget(self._key(key), _RECORD_FIELDS))
-
-    def unknown(self, *, now: float) -> list[KeyRecord]:
-        # A SCAN of this store's keys, not an index set: keys end by Redis's own expiry, which no
-        # script sees, so a set would keep naming keys long gone, and every claim and complete
-        # would pay to maintain it. Listing unknowns is an operator's occasional command.
-        found: list[KeyRecord] = []
-        for batch in self._scan():
-            pipe = self._client.pipeline(transaction=False)
-            for name in batch:
-                pipe.hmget(name, _RECORD_FIELDS)
-            for name, values in zip(batch, pipe.execute(), strict=True):
-                record = self._key_record(name[len(self._keys) :], values)
-                if (
-                    record is not None
-                    and record.result is not None
-                    and UNKNOWN_MARK in record.result
-                    and not record.expires_at < now
-                    and outcome_unknown(record.result)
-                ):
-                    found.append(record)
-        return found
-
-    @staticmethod
-    def _key_record(key: str, values: Sequence[bytes | str | None]) -> KeyRecord | None:
-        fingerprint, result, claimed_at, expires_at, holder = values
-        if fingerprint is None or expires_at is None:
-            return None  # gone meanwhile, or not a record of this store
-        return KeyRecord(
-            key=key,
-            fingerprint=_text(fingerprint),
-            result=None if result is None else _text(result),
-            claimed_at=float(_text(claimed_at)) if claimed_at is not None else 0.0,
-            expires_at=float(_text(expires_at)),
-            holder=None if holder is None else _text(holder),
-        )
-
-
-_RECORD_FIELDS = ["fingerprint", "result", "claimed_at", "expires_at", "holder"]
-
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RedisStores(Stores):
