@@ -2,7 +2,8 @@
 
 Counts its side effects in the file named by SHOP_EFFECTS (one line per refund actually made), so
 a test can prove a replayed write had one effect. SHOP_RUG_FILE, read at startup, is appended to
-get_order's description: change it and restart to simulate a rug pull.
+get_order's description: change it and restart to simulate a rug pull. SHOP_REFUND_DELAY (seconds)
+holds a refund's answer after its effect is made, so a test can stop a gateway mid-write.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ app = MCPServer("shop")
 
 _rug = Path(os.environ["SHOP_RUG_FILE"]).read_text() if os.environ.get("SHOP_RUG_FILE") else ""
 _effects = os.environ.get("SHOP_EFFECTS")
+_refund_delay = float(os.environ.get("SHOP_REFUND_DELAY", "0"))
 if os.environ.get("SHOP_PID_FILE"):  # so a test can kill it from outside, between calls
     Path(os.environ["SHOP_PID_FILE"]).write_text(str(os.getpid()))
 
@@ -47,8 +49,9 @@ def get_order(order_id: str) -> dict[str, Any]:
     description="Refund part of an order, in cents.",
     annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=False),
 )
-def refund(order_id: str, amount_cents: int, reason: str | None = None) -> dict[str, Any]:
+async def refund(order_id: str, amount_cents: int, reason: str | None = None) -> dict[str, Any]:
     _record(f"refund {order_id} {amount_cents}")
+    await anyio.sleep(_refund_delay)
     return {"refund_id": f"R-{order_id}-{amount_cents}", "amount_cents": amount_cents}
 
 

@@ -132,14 +132,20 @@ class Gateway:
         for upstream in self.upstreams:
             await upstream.stop()
 
-    async def watch_approvals(self, interval: float = 0.25) -> None:
-        """Run decided approvals as soon as someone decides them (``callgate approvals approve``)."""
+    async def watch_approvals(self, interval: float = 0.25, *, drain: float = 30.0) -> None:
+        """Run decided approvals as soon as someone decides them (``callgate approvals approve``).
+
+        Cancelling the watcher (the gateway stopping) waits up to ``drain`` seconds for the runs
+        already started: a write cut off at shutdown would leave an outcome nobody knows.
+        """
         while True:
             await anyio.sleep(interval)
-            try:
-                await self.run_decided()
-            except Exception:
-                log.exception("watching approvals failed")
+            with anyio.CancelScope(shield=True) as running:
+                running.deadline = anyio.current_time() + drain
+                try:
+                    await self.run_decided()
+                except Exception:
+                    log.exception("watching approvals failed")
 
     # -- what each principal sees -----------------------------------------------------------------
 

@@ -46,11 +46,26 @@ async def running(
             await gateway.start(group)
             if opened is not None:  # a restart keeps watching what the last process left pending
                 gateway.adopt(list_actions(opened))  # pending to watch, denied to remember
-            group.start_soon(gateway.watch_approvals)
+            watcher = anyio.CancelScope()
+            watching = anyio.Event()
+
+            async def watch() -> None:
+                try:
+                    with watcher:
+                        await gateway.watch_approvals()
+                finally:
+                    watching.set()
+
+            group.start_soon(watch)
             try:
                 yield gateway
             finally:
-                await gateway.stop()
+                # The approved runs in progress end before their upstreams do, even when the
+                # gateway is itself being cancelled (the watcher bounds how long that takes).
+                with anyio.CancelScope(shield=True):
+                    watcher.cancel()
+                    await watching.wait()
+                    await gateway.stop()
                 group.cancel_scope.cancel()
     finally:
         if opened is not None:

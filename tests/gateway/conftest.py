@@ -50,9 +50,12 @@ def shop_config(
     store: bool = True,
     rug: str | None = None,
     timeout: float = 1,
+    refund_delay: float = 0,
 ) -> str:
     """A config text for the demo shop over stdio, effects counted in ``tmp/effects.txt``."""
     env = f'SHOP_EFFECTS: "{tmp / "effects.txt"}"'
+    if refund_delay:
+        env += f', SHOP_REFUND_DELAY: "{refund_delay}"'
     if rug is not None:
         (tmp / "rug.txt").write_text(rug)
         env += f', SHOP_RUG_FILE: "{tmp / "rug.txt"}"'

@@ -7,6 +7,7 @@ once, and only when the seal of the pending action verifies under the deployment
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -15,6 +16,8 @@ import pytest
 from click.testing import CliRunner
 
 from callgate.cli import main
+from guard.stages.idempotency import approval_key
+from guard.stores.sqlite import open_sqlite_stores
 from tests.gateway.clients import client, payload, started
 from tests.gateway.conftest import effects, shop_config
 from tests.gateway.test_crash_restart import StdioGateway
@@ -28,9 +31,11 @@ def refund(gateway: StdioGateway) -> dict[str, object]:
     return structured
 
 
-def config(tmp: Path) -> Path:
+def config(tmp: Path, *, refund_delay: float = 0) -> Path:
+    # A restarted gateway's first call also waits for its upstream to start: a loaded machine
+    # must not turn that into a timeout.
     path = tmp / "gateway.yaml"
-    path.write_text(shop_config(tmp))
+    path.write_text(shop_config(tmp, timeout=30, refund_delay=refund_delay))
     return path
 
 
@@ -82,6 +87,30 @@ class TestApprovedWhileDown:
         finally:
             third.close()
         assert again["code"] in ("CONFIRMATION_REQUIRED", "OK"), again
+        assert effects(tmp_path) == ["refund RS 42"]
+
+    def test_a_gateway_stopping_mid_run_finishes_the_write_first(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Stdin closes while the adopted refund is at the upstream: the result is kept, not TIMEOUT."""
+        monkeypatch.setenv("CALLGATE_MASKING_KEY", "deployment-key")
+        approval = propose_then_stop(tmp_path)
+        approve_offline(tmp_path, approval)
+        second = StdioGateway(config(tmp_path, refund_delay=1.5))
+        try:
+            deadline = time.monotonic() + 60
+            while not effects(tmp_path):  # made; its answer is held for 1.5 s
+                assert time.monotonic() < deadline, "the approved refund never ran"
+                time.sleep(0.01)
+        finally:
+            second.close()  # at once: the gateway drains the run before its upstream stops
+        stores = open_sqlite_stores(tmp_path / "gateway.db")
+        try:
+            kept = stores.idempotency.record(approval_key(approval))
+        finally:
+            stores.close()
+        assert kept is not None and kept.result is not None
+        assert json.loads(kept.result)["code"] == "OK", kept.result
         assert effects(tmp_path) == ["refund RS 42"]
 
     def test_an_action_whose_seal_does_not_verify_is_not_run(
