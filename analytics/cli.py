@@ -25,7 +25,7 @@ from .database import DEFAULT_DB, DatabaseError, open_database
 from .load import ForeignFileError, follow, load
 from .options import confirmation_ttl_option
 from .parquet import export_parquet
-from .reconstruct import AmbiguousIdError, lookup
+from .reconstruct import AmbiguousIdError, TraceView, lookup
 from .render import (
     asdict_result,
     calls_table,
@@ -356,6 +356,14 @@ def report_command(
 @_db_option
 @click.option("--session", help="Show this session's calls in order.")
 @click.option("--call-id", help="Find calls by the model's call id.")
+@click.option(
+    "--store",
+    envvar="CALLGATE_STORE",
+    default=None,
+    metavar="PATH|URL",
+    help="The approvals store (SQLite file or redis:// URL, env CALLGATE_STORE): deciders are "
+    "shown by name, not only by the span's keyed hash.",
+)
 @_clickhouse_option
 @_json_option
 def trace_command(
@@ -363,16 +371,21 @@ def trace_command(
     database: str,
     session: str | None,
     call_id: str | None,
+    store: str | None,
     clickhouse_url: str | None,
     as_json: bool,
 ) -> None:
     """Rebuild a call from its trace id: stages, codes, timings, masked arguments, approvals.
 
-    Any id may be given by an unambiguous prefix (``callgate trace 0a1b2c``).
+    Any id may be given by an unambiguous prefix (``callgate trace 0a1b2c``). With ``--store``
+    the approvals store names who decided (checked against the span's keyed hash when
+    CALLGATE_MASKING_KEY is set); without it, or when it cannot be read (a warning), the hash
+    is shown, labelled.
 
     \b
     Examples:
       callgate trace 3a936bb7 --db callgate.duckdb
+      callgate trace 3a936bb7 --db callgate.duckdb --store approvals.db
       callgate trace --session s-7-00049 --db callgate.duckdb
       callgate trace --call-id call_1 --json
 
@@ -383,19 +396,45 @@ def trace_command(
         raise click.UsageError("give exactly one of TRACE_ID, --session or --call-id")
     with _source(database, clickhouse_url) as source:
         _print_lookup(
-            source, trace_id, session, call_id, as_json, _open_with(database, clickhouse_url)
+            source,
+            trace_id,
+            session,
+            call_id,
+            as_json,
+            _open_with(database, clickhouse_url, store),
+            store,
         )
 
 
-def _open_with(database: str, clickhouse_url: str | None) -> str:
-    """The options a printed ``callgate trace`` hint needs to read the same source."""
+def _open_with(database: str, clickhouse_url: str | None, store: str | None = None) -> str:
+    """The options a printed ``callgate trace`` hint needs to read the same sources."""
     import shlex
 
     from .urls import without_password
 
-    if clickhouse_url:  # never print the password: the reader has the URL
-        return f"--clickhouse {shlex.quote(without_password(clickhouse_url))}"
-    return f"--db {shlex.quote(database)}"
+    # Never print a password: the reader has the URL.
+    source = (
+        f"--clickhouse {shlex.quote(without_password(clickhouse_url))}"
+        if clickhouse_url
+        else f"--db {shlex.quote(database)}"
+    )
+    if store and not os.environ.get("CALLGATE_STORE"):
+        source += f" --store {shlex.quote(without_password(store))}"
+    return source
+
+
+def _named_deciders(view: TraceView, store: str | None) -> TraceView:
+    """``view`` with deciders named from ``store``; a store that cannot be read is a warning."""
+    if not store:
+        return view
+    from .deciders import StoreUnreadable, approval_ids, decider_names, with_deciders
+
+    try:
+        names = decider_names(store, approval_ids(view))
+    except StoreUnreadable as err:
+        click.echo(f"warning: {err}; deciders are shown by their keyed hash", err=True)
+        return view
+    return with_deciders(view, names, os.environ.get("CALLGATE_MASKING_KEY"))
 
 
 def _print_lookup(
@@ -405,6 +444,7 @@ def _print_lookup(
     call_id: str | None,
     as_json: bool,
     open_with: str,
+    store: str | None = None,
 ) -> None:
     """The one id rule (:func:`analytics.reconstruct.lookup`), the dashboard's too."""
     if trace_id is not None:
@@ -418,7 +458,8 @@ def _print_lookup(
     except AmbiguousIdError as exc:
         raise click.ClickException(f"{exc}; give more characters") from exc
     if found.trace is not None:
-        echo_json(found.trace) if as_json else print_trace(found.trace, open_with=open_with)
+        view = _named_deciders(found.trace, store)
+        echo_json(view) if as_json else print_trace(view, open_with=open_with)
         return
     if not found.calls:
         raise click.ClickException(

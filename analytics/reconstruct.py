@@ -111,6 +111,10 @@ class CallSummary:
     """The matched text with some context either side, masked (the evidence)."""
     approved_by: str | None = None
     """Keyed hash of who decided a resumed call (``guard.approval.by``)."""
+    decided_by_name: str | None = None
+    """The decider's name from the approvals store, when one was given (:mod:`analytics.deciders`)."""
+    decider_matches_span: bool | None = None
+    """Whether that name hashes to ``approved_by`` (None: not checked, no masking key)."""
     approval_decided_at: float | None = None
     """When the decision was taken, seconds since the epoch by the guard's clock."""
     approval_wait_ms: float | None = None
@@ -146,7 +150,9 @@ class TraceView:
     result held the sink argument's value (see :func:`value_source_call`)."""
 
 
-_SUMMARY_COLUMNS = [f.name for f in fields(CallSummary)]
+_FROM_THE_STORE = frozenset({"decided_by_name", "decider_matches_span"})
+"""CallSummary fields the approvals store fills in (:mod:`analytics.deciders`), not the database."""
+_SUMMARY_COLUMNS = [f.name for f in fields(CallSummary) if f.name not in _FROM_THE_STORE]
 
 
 def _value(value: dict[str, Any] | None) -> AttributeValue:

@@ -387,28 +387,43 @@ def enumeration_lines(calls: Sequence[CallSummary]) -> list[str]:
 def decision_lines(calls: Sequence[CallSummary]) -> list[str]:
     """Who decided each resumed call, when, and how long after the request.
 
-    The span holds the decider as a keyed hash (``guard.approval.by``): labelled as such, so it is
-    never mistaken for a name; ``callgate approvals show ID`` on the store gives the name.
+    The span holds the decider as a keyed hash (``guard.approval.by``), labelled as such so it is
+    never mistaken for a name; the name shows when the approvals store was read
+    (:mod:`analytics.deciders`), labelled with where it came from.
     """
     lines = []
     for c in calls:
         if not c.resumed or c.approval_outcome is None:
             continue
-        who = (
-            f" by {c.approved_by} (keyed hash of the approver)"
-            if c.approved_by
-            else " (nobody decided: the approval lapsed)"
-            if c.approval_outcome == "expired"
-            else ""
-        )
-        when = ""
-        if c.approval_decided_at is not None and c.approval_decided_at > 946_684_800:
-            at = datetime.fromtimestamp(c.approval_decided_at, UTC).replace(tzinfo=None)
-            when = f" at {_cell(at)}"
-        wait = (
-            f", {duration_ms(c.approval_wait_ms)} after it was asked"
-            if c.approval_wait_ms is not None
-            else ""
-        )
-        lines.append(f"{c.approval_id}: {c.approval_outcome}{who}{when}{wait}")
+        lines.append(f"{c.approval_id}: {c.approval_outcome}{_decider(c)}{_decided_when(c)}")
     return lines
+
+
+def _decider(c: CallSummary) -> str:
+    if c.decided_by_name is not None:
+        if c.decider_matches_span is False:
+            return (
+                f" by {c.decided_by_name} according to the approvals store, but the span's keyed "
+                f"hash {c.approved_by} is someone else's: the store was changed or is another "
+                "deployment's"
+            )
+        checked = "; matches the span's keyed hash" if c.decider_matches_span else ""
+        return f" by {c.decided_by_name} (approvals store{checked})"
+    if c.approved_by:
+        return f" by {c.approved_by} (keyed hash of the approver; --store names them)"
+    if c.approval_outcome == "expired":
+        return " (nobody decided: the approval lapsed)"
+    return ""
+
+
+def _decided_when(c: CallSummary) -> str:
+    when = ""
+    if c.approval_decided_at is not None and c.approval_decided_at > 946_684_800:
+        at = datetime.fromtimestamp(c.approval_decided_at, UTC).replace(tzinfo=None)
+        when = f" at {_cell(at)}"
+    wait = (
+        f", {duration_ms(c.approval_wait_ms)} after it was asked"
+        if c.approval_wait_ms is not None
+        else ""
+    )
+    return when + wait

@@ -34,6 +34,7 @@ import telemetry
 from analytics.database import open_database
 from analytics.load import discover_files, load
 from callgate.fleet import Fleet, Tally, demo_shop
+from guard.stores import ApprovalStore, SQLiteApprovalStore
 from telemetry import logfilter
 from telemetry.sidecar import OTLPReceiver
 from telemetry.trail import SpanFileWriter
@@ -70,6 +71,8 @@ class DemoRun:
     tally: Tally
     spans_dir: Path
     database: Path | None
+    store: Path
+    """The SQLite approvals store the run's shop kept (who decided each approval, by name)."""
     spans_loaded: int
     load_errors: int
     seconds: float
@@ -118,9 +121,13 @@ def run_demo(
         follower = _Follower(database, spans_dir).start()
         if while_loading is not None:
             while_loading(database)
+    store = out / "approvals.db"
+    # Kept for a month of the run's simulated time, so no decision is purged before it is read.
+    approvals = SQLiteApprovalStore(store, retention=30 * 86_400.0)
     try:
-        tally = _traffic(options, handle.observer, console)
+        tally = _traffic(options, handle.observer, approvals, console)
     finally:
+        approvals.close()
         handle.shutdown()
         # configure() put a masking filter on callgate's loggers and shutdown() leaves it there:
         # take it off, so a demo run inside another program (a test) leaves its logging as it was.
@@ -134,6 +141,7 @@ def run_demo(
             tally=tally,
             spans_dir=spans_dir,
             database=None,
+            store=store,
             spans_loaded=0,
             load_errors=0,
             seconds=time.monotonic() - started,
@@ -145,6 +153,7 @@ def run_demo(
         tally=tally,
         spans_dir=spans_dir,
         database=database,
+        store=store,
         spans_loaded=loaded,
         load_errors=errors,
         seconds=time.monotonic() - started,
@@ -172,7 +181,12 @@ def _load(database: Path, spans_dir: Path, console: Console) -> tuple[int, int]:
     return spans, errors
 
 
-def _traffic(options: DemoOptions, observer: telemetry.OTelObserver, console: Console) -> Tally:
+def _traffic(
+    options: DemoOptions,
+    observer: telemetry.OTelObserver,
+    approvals: ApprovalStore,
+    console: Console,
+) -> Tally:
     columns = (
         TextColumn("{task.description}"),
         BarColumn(),
@@ -181,9 +195,10 @@ def _traffic(options: DemoOptions, observer: telemetry.OTelObserver, console: Co
     )
     with Progress(*columns, console=console, transient=False) as progress:
         task = progress.add_task("agent sessions", total=options.sessions)
-        return Fleet(sessions=options.sessions, seed=options.seed, observer=observer).run(
-            progress=lambda n: progress.advance(task, n)
+        fleet = Fleet(
+            sessions=options.sessions, seed=options.seed, observer=observer, approvals=approvals
         )
+        return fleet.run(progress=lambda n: progress.advance(task, n))
 
 
 class _Follower:
@@ -229,7 +244,13 @@ def show(options: DemoOptions, console: Console, *, dashboard: bool, host: str, 
 
     def serve(database: Path) -> None:
         nonlocal server
-        server = start_server(db=database, host=host, port=port, output=subprocess.DEVNULL)
+        server = start_server(
+            db=database,
+            store=database.parent / "approvals.db",
+            host=host,
+            port=port,
+            output=subprocess.DEVNULL,
+        )
         wait_until_ready(url, process=server, timeout=60)
         if options.otlp:
             console.print(f"dashboard: [bold]{url}[/bold] (filling live as spans arrive)")
@@ -241,7 +262,7 @@ def show(options: DemoOptions, console: Console, *, dashboard: bool, host: str, 
         _summary(run, console)
         if run.database is None:
             return
-        _report(run.database, console)
+        _report(run.database, run.store, console)
         _replay_hint(options, run.database, console)
         if not dashboard:
             return
@@ -320,7 +341,7 @@ def _summary(run: DemoRun, console: Console) -> None:
         )
 
 
-def _report(database: Path, console: Console) -> None:
+def _report(database: Path, store: Path, console: Console) -> None:
     from analytics import metrics
     from analytics.cli import collect_report, print_report
     from analytics.reconstruct import calls_with_code
@@ -336,9 +357,19 @@ def _report(database: Path, console: Console) -> None:
                     f"\nan incident to open: a {call.tool} call that ended [bold]{code}[/bold] "
                     f"(session {call.session}):"
                 )
-                # One unwrapped line, with the command as this shell can run it.
-                command = [*callgate_command(), "trace", call.trace_id, "--db", str(database)]
-                console.print(
-                    "  " + shlex.join(command), soft_wrap=True, markup=False, highlight=False
-                )
+                _command(console, "trace", call.trace_id, "--db", str(database))
                 break
+        denied = calls_with_code(con, "CONFIRMATION_DENIED", limit=1)
+        if denied:
+            call = denied[0]
+            console.print(
+                f"\na human's decision to open: a {call.tool} call an approver denied "
+                f"(who, when and how long after it was asked):"
+            )
+            _command(console, "trace", call.trace_id, "--db", str(database), "--store", str(store))
+
+
+def _command(console: Console, *args: str) -> None:
+    """One unwrapped line, with the command as this shell can run it."""
+    command = shlex.join([*callgate_command(), *args])
+    console.print("  " + command, soft_wrap=True, markup=False, highlight=False)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from callgate.personas import PERSONAS, Decision, Persona, Proposal, Script
 from guard import Clock, Code, Observer, RateLimit, ReasonCode, Session, ToolResult
 from guard.shop import Order, ShopApp, build_shop, shop_policy
+from guard.stores import ApprovalStore
 from guard.testing import ManualClock
 
 __all__ = ["Fleet", "Tally"]
@@ -103,6 +104,9 @@ class Fleet:
     sessions: int = 2_000
     seed: int = 7
     observer: Observer | None = None
+    approvals: ApprovalStore | None = None
+    """Where the shop keeps its approvals (None: in memory): the demo's SQLite file, which
+    ``callgate trace --store`` and the dashboard read the deciders' names from."""
     start: float = field(default_factory=lambda: time.time() - DAY - 3_600)
     """Sessions start over the day after this (by default the day that ended an hour ago, so
     the confirmations still open at the end expire in the past too)."""
@@ -115,6 +119,7 @@ class Fleet:
             orders=orders,
             clock=clock,
             observer=self.observer,
+            approvals=self.approvals,
             policy=shop_policy(rate_limit=RateLimit(calls=5, seconds=1.0)),
         )
         tally, later = Tally(), list[tuple[str, str, float]]()

@@ -54,6 +54,14 @@ DEFAULT_DB = database.DEFAULT_DB
     help="Alert rules file (as `callgate alerts --rules`); the Overview shows the firing ones "
     "and marks tiles over a threshold. Default: the built-in rules.",
 )
+@click.option(
+    "--store",
+    envvar="CALLGATE_STORE",
+    default=None,
+    metavar="PATH|URL",
+    help="The approvals store (SQLite file or redis:// URL, env CALLGATE_STORE): the Trace "
+    "explorer names who decided. Default: deciders show as the span's keyed hash.",
+)
 def dashboard(
     db: Path | None,
     clickhouse: str | None,
@@ -62,6 +70,7 @@ def dashboard(
     refresh: int,
     confirmation_ttl: float,
     alerts: Path | None,
+    store: str | None,
 ) -> None:
     """Serve the dashboard SREs watch: calls, rejections, recovery, confirmations, latency, traces.
 
@@ -69,6 +78,7 @@ def dashboard(
     Examples:
       callgate dashboard --db callgate.duckdb
       callgate dashboard --db callgate.duckdb --port 0 --alerts alerts.toml
+      callgate dashboard --db callgate.duckdb --store approvals.db
       callgate dashboard --clickhouse http://user:password@127.0.0.1:8123/otel
 
     Exit codes: 0 stopped (Ctrl-C, SIGTERM), 1 a busy port, an unreadable database or rules
@@ -102,6 +112,7 @@ def dashboard(
         refresh_seconds=refresh,
         confirmation_ttl_seconds=confirmation_ttl,
         alerts=str(alerts) if alerts else None,
+        store=store,
     )
     click.echo(f"callgate dashboard on http://{host}:{port}  ({settings.describe()})")
     process = start_server(
@@ -112,6 +123,7 @@ def dashboard(
         refresh_seconds=refresh,
         confirmation_ttl_seconds=confirmation_ttl,
         alerts=alerts,
+        store=store,
     )
     code = serve_until_stopped(process)
     if code not in (0, -signal.SIGTERM, -signal.SIGINT):

@@ -7,13 +7,23 @@ pages format and draw what these return.
 
 from __future__ import annotations
 
+import os
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TypeVar
 
-from analytics import advisories, alerts, call_latency, gates, metrics, reconstruct, shadow
+from analytics import (
+    advisories,
+    alerts,
+    call_latency,
+    deciders,
+    gates,
+    metrics,
+    reconstruct,
+    shadow,
+)
 from analytics.advisories import WarningCount
 from analytics.alerts import DEFAULT_RULES, AlertResult, Rule
 from analytics.call_latency import CallLatency
@@ -55,6 +65,7 @@ __all__ = [
     "latency",
     "lookup",
     "loops",
+    "named_deciders",
     "overview",
     "previous_window",
     "recovery",
@@ -430,6 +441,20 @@ def lookup(source: Source, query: str) -> TraceLookup:
     unambiguous prefix: the same rule as ``callgate trace`` (:func:`analytics.reconstruct.lookup`).
     An ambiguous prefix raises :class:`analytics.reconstruct.AmbiguousIdError`."""
     return reconstruct.lookup(source, query)
+
+
+def named_deciders(
+    view: reconstruct.TraceView, store: str | None
+) -> tuple[reconstruct.TraceView, str | None]:
+    """``view`` with its deciders named from the approvals ``store`` (as ``callgate trace
+    --store``), and the one-line reason when the store could not be read."""
+    if not store:
+        return view, None
+    try:
+        names = deciders.decider_names(store, deciders.approval_ids(view))
+    except deciders.StoreUnreadable as exc:
+        return view, str(exc)
+    return deciders.with_deciders(view, names, os.environ.get("CALLGATE_MASKING_KEY")), None
 
 
 TAINTED_CONTEXT = "TAINTED_CONTEXT"

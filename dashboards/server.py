@@ -97,6 +97,7 @@ def start_server(
     refresh_seconds: int = DEFAULT_REFRESH_SECONDS,
     confirmation_ttl_seconds: float = DEFAULT_CONFIRMATION_TTL_SECONDS,
     alerts: str | os.PathLike[str] | None = None,
+    store: str | os.PathLike[str] | None = None,
     output: IO[bytes] | int | None = None,
 ) -> subprocess.Popen[bytes]:
     """Start the dashboard on ``host:port`` reading ``db`` or ``clickhouse``; return the process.
@@ -110,10 +111,23 @@ def start_server(
         refresh_seconds=refresh_seconds,
         confirmation_ttl_seconds=confirmation_ttl_seconds,
         alerts=str(Path(alerts).absolute()) if alerts is not None else None,
+        store=_store_spec(store),
     )
     env = {**os.environ, **settings.to_env()}
     return subprocess.Popen(
         streamlit_command(host=host, port=port), env=env, stdout=output, stderr=output
+    )
+
+
+def _store_spec(store: str | os.PathLike[str] | None) -> str | None:
+    """A store path made absolute (the server runs elsewhere); a Redis URL as given."""
+    if store is None:
+        return None
+    spec = str(store)
+    return (
+        spec
+        if spec.startswith(("redis://", "rediss://", "unix://"))
+        else str(Path(spec).absolute())
     )
 
 

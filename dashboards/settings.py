@@ -20,6 +20,7 @@ __all__ = [
     "DB_ENV",
     "DEFAULT_CONFIRMATION_TTL_SECONDS",
     "REFRESH_ENV",
+    "STORE_ENV",
     "TTL_ENV",
     "Settings",
 ]
@@ -33,6 +34,9 @@ REFRESH_ENV = "CALLGATE_DASHBOARD_REFRESH"
 
 ALERTS_ENV = "CALLGATE_DASHBOARD_ALERTS"
 """Path of an alert rules file (``callgate alerts --rules``); unset: the built-in rules."""
+
+STORE_ENV = "CALLGATE_DASHBOARD_STORE"
+"""The approvals store (SQLite file or Redis URL) the Trace explorer reads deciders' names from."""
 
 TTL_ENV = "CALLGATE_DASHBOARD_CONFIRMATION_TTL"
 """Seconds a pending approval stays open in the deployment (``Policy.confirmation_ttl``)."""
@@ -56,6 +60,8 @@ class Settings:
     """How long an approval stays open: "Pending approvals" counts only those younger."""
     alerts: str | None = None
     """Alert rules file (TOML, :func:`analytics.alerts.load_rules`); None: the built-in rules."""
+    store: str | None = None
+    """Approvals store (:mod:`analytics.deciders`); None: deciders show as the span's keyed hash."""
 
     @property
     def confirmation_ttl(self) -> timedelta:
@@ -72,6 +78,7 @@ class Settings:
             refresh_seconds=int(refresh) if refresh.isdigit() else DEFAULT_REFRESH_SECONDS,
             confirmation_ttl_seconds=_seconds(environ.get(TTL_ENV, "")),
             alerts=environ.get(ALERTS_ENV, "").strip() or None,
+            store=environ.get(STORE_ENV, "").strip() or None,
         )
 
     def to_env(self) -> dict[str, str]:
@@ -86,6 +93,8 @@ class Settings:
             env[CLICKHOUSE_ENV] = self.clickhouse
         if self.alerts:
             env[ALERTS_ENV] = self.alerts
+        if self.store:
+            env[STORE_ENV] = self.store
         return env
 
     def describe(self) -> str:

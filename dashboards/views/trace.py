@@ -103,6 +103,9 @@ def _call_table(calls: tuple[reconstruct.CallSummary, ...], *, key: str) -> None
 
 def _trace(ctx: PageContext, view: reconstruct.TraceView) -> None:
     st.subheader(f"Trace {safe.text(view.trace_id)}")
+    view, unreadable = data.named_deciders(view, ctx.settings.store)
+    if unreadable:
+        st.caption(safe.text(f"{unreadable}; deciders are shown by their keyed hash"))
     call = view.calls[0] if view.calls else None
     if call is not None:
         facts = {

@@ -180,7 +180,11 @@ class TestExportCommand:
 class TestReportUnits:
     def test_stage_latency_reads_in_the_unit_that_fits(self, tmp_path: Path) -> None:
         """Stage latency in `callgate report` says µs or ms as fits, never 0.000 (issue 15.4)."""
-        rows = [StageLatency(bucket=None, stage="rules", spans=3, p50_ms=0.000852, p95_ms=0.0426, p99_ms=49.6)]
+        rows = [
+            StageLatency(
+                bucket=None, stage="rules", spans=3, p50_ms=0.000852, p95_ms=0.0426, p99_ms=49.6
+            )
+        ]
         console = Console(width=200, record=True)
         console.print(metric_table("stage latency", rows))
         text = console.export_text()

@@ -59,6 +59,7 @@ class TestCommand:
             return FakeProcess()
 
         monkeypatch.setattr(cli, "start_server", fake_start)
+        monkeypatch.delenv("CALLGATE_STORE", raising=False)
         db = tmp_path / "calls.duckdb"
         result = CliRunner().invoke(cli.dashboard, ["--db", str(db), "--port", "8600"])
         assert result.exit_code == 0, result.output
@@ -71,6 +72,7 @@ class TestCommand:
                 "refresh_seconds": 10,
                 "confirmation_ttl_seconds": 900.0,
                 "alerts": None,
+                "store": None,
             }
         ]
         assert "does not exist yet" in result.output

@@ -89,14 +89,17 @@ class TestDemoAsTyped:
         )
         assert demo.returncode == 0, demo.stderr
         lines = [line.strip() for line in demo.stdout.splitlines() if " trace " in line]
-        assert len(lines) == 1, demo.stdout
-        command = lines[0]
-        assert command.split()[0] != "callgate" and command.split()[1] == "trace"
-        traced = subprocess.run(
-            command, shell=True, cwd=REPO, env=env, capture_output=True, text=True, check=False
-        )
-        assert traced.returncode == 0, (command, traced.stderr)
-        assert "execute_tool" in traced.stdout
+        # An incident, then a human's decision, read with the approvals store the demo kept.
+        assert len(lines) == 2 and "--store" in lines[1], demo.stdout
+        for command in lines:
+            assert command.split()[0] != "callgate" and command.split()[1] == "trace"
+            traced = subprocess.run(
+                command, shell=True, cwd=REPO, env=env, capture_output=True, text=True, check=False
+            )
+            assert traced.returncode == 0, (command, traced.stderr)
+            assert "execute_tool" in traced.stdout or "guard.confirm" in traced.stdout
+        decided = [x for x in traced.stdout.splitlines() if ": denied by approver-" in x]
+        assert decided and "(approvals store)" in decided[0], traced.stdout
 
     def test_command_is_bare_when_path_finds_this_callgate(
         self, monkeypatch: pytest.MonkeyPatch
