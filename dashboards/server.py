@@ -38,11 +38,12 @@ APP = Path(__file__).with_name("app.py")
 
 
 def streamlit_command(*, host: str, port: int) -> list[str]:
-    """``streamlit run dashboards/app.py`` headless on ``host:port``, without telemetry."""
+    """``streamlit run dashboards/app.py`` headless on ``host:port``, without telemetry, through
+    :mod:`dashboards.launch` (the pages imported before the first visitor arrives)."""
     return [
         sys.executable,
         "-m",
-        "streamlit",
+        "dashboards.launch",
         "run",
         str(APP),
         "--server.headless=true",

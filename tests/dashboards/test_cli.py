@@ -81,7 +81,7 @@ class TestCommand:
     def test_streamlit_runs_headless_on_the_given_address(self) -> None:
         """The command line binds host and port, headless, without usage statistics."""
         command = streamlit_command(host="0.0.0.0", port=9000)
-        assert command[1:4] == ["-m", "streamlit", "run"]
+        assert command[1:4] == ["-m", "dashboards.launch", "run"]
         assert "--server.address=0.0.0.0" in command and "--server.port=9000" in command
         assert "--server.headless=true" in command
         assert "--browser.gatherUsageStats=false" in command
@@ -172,3 +172,21 @@ class TestProcesses:
                 if process.poll() is None:
                     process.kill()
                     process.wait()
+
+
+class TestLaunch:
+    def test_the_server_process_imports_the_pages_before_a_visitor(self) -> None:
+        """dashboards.launch imports what the first render needs, outside any script run."""
+        code = (
+            "import sys; from dashboards import launch; launch.warm(); "
+            "print(all(m in sys.modules for m in launch.WARM))"
+        )
+        done = subprocess.run(
+            [sys.executable, "-W", "error", "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == "True"
