@@ -334,7 +334,9 @@ def summary(samples: list[int]) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("-n", type=int, default=20_000, help="calls per measurement")
-    n = parser.parse_args().n
+    parser.add_argument("--blocks", type=int, default=4, help="alternating blocks per row")
+    options = parser.parse_args()
+    n, blocks = options.n, options.blocks
 
     big = Order(order_id="ORD-7777", customer_id="CUS-1", amount_cents=10**15, currency="BRL")
     policy = Policy(
@@ -393,13 +395,16 @@ def main() -> None:
         *profile_rows(n, context),
         *retail_rows(),
     ):
-        offset[0] += 10 * n
-        base_med, base_p99 = summary(timed(naive, n))
-        offset[0] += 10 * n
-        med, p99 = summary(timed(guarded, n))
-        rows.append((label, base_med, base_p99, med, p99))
+        base: list[int] = []
+        gated: list[int] = []
+        for _ in range(blocks):  # alternate blocks: load from other processes lands on both
+            offset[0] += 10 * n
+            base += timed(naive, n // blocks)
+            offset[0] += 10 * n
+            gated += timed(guarded, n // blocks)
+        rows.append((label, *summary(base), *summary(gated)))
 
-    print(f"calls per measurement: {n}")
+    print(f"calls per measurement: {n}, in {blocks} blocks alternating with the baseline")
     print(
         f"{'tool':40} {'naive med':>10} {'naive p99':>10} {'guard med':>10} {'guard p99':>10} "
         f"{'added med':>10} {'ratio':>6}"
