@@ -5,7 +5,8 @@ to JSON-ready dicts: two passes, and one Python object per nested model. For a m
 record (a profile with its orders) that is most of what a call costs. The same schema with every
 ``model`` node turned into a ``typed-dict`` node validates straight into dicts, with the same
 field schemas (types, constraints, defaults, field validators, aliases, ``extra`` handling), and
-when every leaf is already a JSON type the dump pass is not needed at all.
+when every leaf is already a JSON type (a dict with string keys included) the dump pass is not
+needed at all.
 
 The rewrite is refused, and the model path kept, for anything whose meaning depends on having a
 model instance: model validators, custom ``__init__`` or ``model_post_init``, root models,
@@ -59,6 +60,11 @@ class ResultView:
     def fast(self) -> bool:
         """The output is validated straight into dicts (the model path is not used)."""
         return self._fast
+
+    @property
+    def one_pass(self) -> bool:
+        """The validated dicts are already what a JSON-mode dump returns: no dump pass runs."""
+        return self._fast and self._dump is None
 
     def __call__(self, output: Any) -> dict[str, Any]:
         if not self._fast:
@@ -138,6 +144,11 @@ def _json_ready(node: Any) -> bool:
         if node.get("serialization_alias") or node.get("serialization_exclude"):
             return False
         return _json_ready(node["schema"])
+    if kind == "dict":  # string keys only: a JSON-mode dump turns any other key into a string
+        keys = node.get("keys_schema")
+        if not isinstance(keys, dict) or keys.get("type") != "str" or "serialization" in node:
+            return False
+        return _json_ready(keys) and _json_ready(node.get("values_schema", {"type": "any"}))
     if kind not in _JSON_LEAVES or "serialization" in node:
         return False
     return all(_json_ready(node[key]) for key in ("schema", "items_schema") if key in node)

@@ -16,6 +16,7 @@ from guard.provenance import ProvenanceLedger
 from guard.refusals import Refusals
 from guard.registry import ToolRegistry
 from guard.result import Outcome, ToolResult
+from guard.stages.marks import RecentMarks
 from guard.stores.base import ApprovalStore, CounterStore, IdempotencyStore
 
 __all__ = ["Env", "Stage", "digest", "reject"]
@@ -54,6 +55,8 @@ class Env:
     """Where values came from, when the guard keeps provenance (see ``Policy.record_provenance``)."""
     seal_key: bytes
     """The key pending actions are sealed with (``guard.stages.confirm.seal_key``)."""
+    marks: RecentMarks = field(default_factory=RecentMarks, compare=False)
+    """The session marks this guard wrote lately (``guard.stages.marks``): not rewritten."""
 
 
 def reject(

@@ -231,9 +231,8 @@ class ExecuteStage:
             call.claimed = False
         if spec.record_field is not None:
             record = getattr(call.arguments, spec.record_field)
-            env.counters.incr(
-                seen_key(call.session_id, spec.name, record), now=now, ttl=policy.session_ttl
-            )
+            key, ttl = seen_key(call.session_id, spec.name, record), policy.session_ttl
+            env.marks.mark(env.counters, call.session_id, key, ("",), now=now, ttl=ttl)
         if spec.name in env.registry.kept:  # what later prerequisites of the session ask for
             remember(call, env, now)
         if env.provenance is not None:  # before the taint mark: values first, then the gate opens

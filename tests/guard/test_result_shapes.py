@@ -205,7 +205,7 @@ def rendered(result: ToolResult) -> list[dict[str, Any]]:
 
 
 class TestEveryShape:
-    @settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
+    @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(value=SHAPES)
     def test_a_write_returning_any_shape_runs_once(self, value: Any) -> None:
         """Three proposals in one conversation: one side effect, the same JSON data each time,
@@ -226,7 +226,7 @@ class TestEveryShape:
             for payload in rendered(result):
                 assert payload.get("data") == result.data
 
-    @settings(max_examples=100, suppress_health_check=[HealthCheck.too_slow])
+    @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(value=SHAPES)
     def test_an_untrusted_read_hands_every_string_to_the_detector(self, value: Any) -> None:
         """Whatever the shape, each string the model sees (keys too) reaches the detector."""
@@ -318,7 +318,7 @@ class TestResultModels:
 
 
 class TestWhatCannotBeConverted:
-    @settings(max_examples=50, suppress_health_check=[HealthCheck.too_slow])
+    @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(value=UNCONVERTIBLE)
     def test_a_write_whose_result_cannot_be_shown_is_applied_and_kept(self, value: Any) -> None:
         """INTERNAL_ERROR with outcome applied, every repeat a replay of it: one side effect."""
@@ -334,7 +334,7 @@ class TestWhatCannotBeConverted:
         for result in results:
             rendered(result)
 
-    @settings(max_examples=30, suppress_health_check=[HealthCheck.too_slow])
+    @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(value=UNCONVERTIBLE)
     def test_a_read_whose_result_cannot_be_shown_is_a_typed_result(self, value: Any) -> None:
         """A read: INTERNAL_ERROR, applied (the handler ran), and it renders."""

@@ -20,6 +20,7 @@ from pydantic import (
     model_validator,
 )
 
+from examples.retail.models import ItemView, ProductView
 from guard.shop.models import OrderView, PolicyResults, RefundStatus
 from guard.views import ResultView
 
@@ -91,6 +92,13 @@ class FromObjects(BaseModel):
     a: int
 
 
+class Mapped(_View):
+    names: dict[str, str] = {}
+    scores: dict[str, float | None] = {}
+    by_number: dict[int, str] = {}
+    anything: dict[str, Any] = {}
+
+
 class Forbidding(BaseModel):
     model_config = ConfigDict(extra="forbid")
     a: int
@@ -108,6 +116,9 @@ MODELS: list[type[BaseModel]] = [
     Forbidding,
     Node,
     FromObjects,
+    Mapped,
+    ItemView,
+    ProductView,
 ]
 
 
@@ -175,6 +186,32 @@ outputs = st.fixed_dictionaries(
         "sku": st.text(max_size=3),
         "quantity": st.integers(-1, 2),
         "junk": values,
+        "names": st.dictionaries(
+            st.text(max_size=3), st.text(max_size=2) | st.integers(), max_size=2
+        ),
+        "scores": st.dictionaries(
+            st.text(max_size=2), st.floats() | st.none() | st.text(max_size=2)
+        ),
+        "by_number": st.dictionaries(st.integers(-2, 2) | st.text(max_size=2), st.text(max_size=2)),
+        "anything": st.dictionaries(st.text(max_size=2), values, max_size=2),
+        "item_id": st.text(max_size=3),
+        "product_id": st.text(max_size=3),
+        "name": st.text(max_size=3),
+        "options": st.dictionaries(st.text(max_size=3), st.text(max_size=3) | st.integers())
+        | values,
+        "price_cents": st.integers() | st.text(max_size=2),
+        "variants": st.lists(
+            st.fixed_dictionaries(
+                {
+                    "item_id": st.text(max_size=3),
+                    "options": st.dictionaries(st.text(max_size=2), st.text(max_size=2)),
+                    "price_cents": st.integers(),
+                    "available": st.booleans() | st.text(max_size=2),
+                }
+            ),
+            max_size=2,
+        )
+        | values,
     },
 )
 
@@ -188,6 +225,17 @@ class TestResultView:
         does, and shows the same data."""
         view = VIEWS.get(model) or VIEWS.setdefault(model, ResultView(model))
         assert outcome(view, output) == outcome(lambda o: model_path(model, o), output)
+
+    @pytest.mark.parametrize(
+        ("model", "one_pass"),
+        [(ProductView, True), (ItemView, True), (OrderView, True), (Mapped, False), (Rich, False)],
+    )
+    def test_string_keyed_dicts_of_json_values_need_no_dump_pass(
+        self, model: type[BaseModel], one_pass: bool
+    ) -> None:
+        """A dict with string keys and JSON values validates into its JSON form; int keys, Any
+        values, enums and datetimes still go through the dump."""
+        assert ResultView(model).one_pass is one_pass
 
     @pytest.mark.parametrize(
         ("model", "fast"),
