@@ -17,7 +17,7 @@ from tests.gateway.real.conformance import TOKEN, Deployment, deployed, score, t
 from tests.gateway.real.conftest import PASS_THROUGH_PENDING, PROXYING_PENDING, definition, wire
 from tests.gateway.real.install import Installed
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # the first test installs the servers
 
 
 @pytest.fixture(scope="module")

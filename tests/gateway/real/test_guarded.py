@@ -24,7 +24,7 @@ from tests.gateway.real.conftest import (
 from tests.gateway.real.install import Installed
 from tests.gateway.real.servers import SERVERS, Call, Server
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # the first test installs the servers
 
 BY_NAME = pytest.mark.parametrize("server", SERVERS, ids=[s.name for s in SERVERS])
 

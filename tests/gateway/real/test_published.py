@@ -15,7 +15,7 @@ import pytest
 from tests.gateway.real.conftest import PASS_THROUGH_PENDING, Run, verdict, wire
 from tests.gateway.real.servers import SERVERS, Call, Server, clock_free
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # the first test installs the servers
 
 BY_NAME = pytest.mark.parametrize("server", SERVERS, ids=[s.name for s in SERVERS])
 
