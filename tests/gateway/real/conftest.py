@@ -4,6 +4,7 @@ directly, and through ``callgate gateway`` (a subprocess, over stdio) with the S
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -82,10 +83,18 @@ def fresh(server: Server, state: Path, page_url: str) -> Path:
     return state
 
 
+def inherited() -> dict[str, str]:
+    """What the gateway passes its stdio upstreams besides the SDK's safe variables (and what its
+    own process needs to import the tree under test)."""
+    return {k: v for k, v in os.environ.items() if k in ("PYTHONPATH", "VIRTUAL_ENV")}
+
+
 def direct(server: Server, installed: Installed, state: Path) -> StdioServerParameters:
     """The server as its own stdio process, with the environment the gateway gives it."""
     command, env = server.launch(installed, state)
-    return StdioServerParameters(command=command[0], args=command[1:], env=env, cwd=str(state))
+    return StdioServerParameters(
+        command=command[0], args=command[1:], env={**inherited(), **env}, cwd=str(state)
+    )
 
 
 def gateway_config(
@@ -131,9 +140,10 @@ async def through_gateway(
         asked.append(getattr(params, "message", ""))
         return types.ElicitResult(action="accept", content={"approve": approve})
 
-    async with Client(
-        gateway_command(config), elicitation_callback=human if asked is not None else None
-    ) as client:
+    # The tree under test: a stdio child gets only the SDK's safe variables, so without
+    # PYTHONPATH the gateway would run whichever callgate the interpreter has installed.
+    command = gateway_command(config).model_copy(update={"env": inherited()})
+    async with Client(command, elicitation_callback=human if asked is not None else None) as client:
         yield client
 
 
