@@ -35,7 +35,10 @@ def _rewritten(line: bytes, flag: str, tool: str) -> bytes:
 
 def main() -> None:
     flag, tool, *command = sys.argv[1:]
-    child = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    # This interpreter coerced the C locale (PEP 538) into its own LC_CTYPE, which the gateway
+    # never gives an upstream: the server gets the environment the gateway meant it to have.
+    env = {k: v for k, v in os.environ.items() if k != "LC_CTYPE"}
+    child = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
     threading.Thread(target=_relay_in, args=(child,), daemon=True).start()
     assert child.stdout is not None
     for line in child.stdout:

@@ -39,12 +39,13 @@ GIT_ENV = {
 """Fixed identity and dates: a commit made directly and one made through the gateway are equal."""
 
 _CLOCK = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d)?")
+_WALL = re.compile(r"\b\d{1,2}:\d\d:\d\d (?:AM|PM)\b")
 _JS_DATE = re.compile(r"\w{3} \w{3} \d\d \d{4} \d\d:\d\d:\d\d GMT[+-]\d{4} \([^)]*\)")
 
 
 def clock_free(text: str) -> str:
     """``text`` with its wall-clock timestamps blanked (the two runs happen seconds apart)."""
-    return _JS_DATE.sub("<time>", _CLOCK.sub("<time>", text))
+    return _WALL.sub("<time>", _JS_DATE.sub("<time>", _CLOCK.sub("<time>", text)))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -96,7 +97,11 @@ def _everything_calls(state: Path) -> list[Call]:
         ),
         Call(tool="get-env", arguments={}),
         Call(tool="get-resource-links", arguments={"count": 2}),
-        Call(tool="get-resource-reference", arguments={"resourceType": "Text", "resourceId": 1}),
+        Call(
+            tool="get-resource-reference",
+            arguments={"resourceType": "Text", "resourceId": 1},
+            clocked=True,  # "a plaintext resource created at 3:13:52 AM"
+        ),
         Call(tool="get-structured-content", arguments={"location": "Chicago"}),
         Call(tool="get-sum", arguments={"a": 2, "b": 3}),
         Call(tool="get-tiny-image", arguments={}),
