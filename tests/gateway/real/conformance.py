@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from callgate.gateway.config import PrincipalConfig
 from tests.gateway.conftest import free_port, wait_for_port
 from tests.gateway.real.install import Installed, install
 
@@ -27,6 +28,14 @@ TOKEN = "conformance-token-0123456789"
 SUITE_TIMEOUT = 240.0
 _STAMP = re.compile(r"-\d{4}-\d\d-\d\dT[\d-]+Z$")
 """The time stamp the suite appends to each scenario's result folder."""
+
+
+_READ_ALL = (
+    ', resources: ["*"], prompts: ["*"]' if "resources" in PrincipalConfig.model_fields else ""
+)
+"""The suite reads every resource and prompt of the reference server: allowed where the gateway
+proxies them (item 12 adds the principal's ``resources`` and ``prompts`` patterns; a gateway
+without them refuses the keys)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -70,7 +79,7 @@ upstreams:
     timeout: 30
     connect_timeout: 60
 principals:
-  bot: {{tools: ["*"]}}
+  bot: {{tools: ["*"]{_READ_ALL}}}
 serve:
   http:
     host: 127.0.0.1
