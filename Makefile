@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 DEMO_STAMP := $(VENV)/.installed-demo
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck bench clean system-deps
+.PHONY: demo test lint typecheck bench clean system-deps real-servers
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,11 @@ system-deps:
 	  $(SUDO) apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
+
+# The published MCP servers, the conformance suite and Node 22 that tests/gateway/real drives,
+# from npm and PyPI into .cache/mcp-servers (ignored by git; the tests install it on first use).
+real-servers: $(STAMP)
+	$(BIN)/python -m tests.gateway.real.install
 
 demo: $(DEMO_STAMP)
 	$(BIN)/callgate demo
