@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import json
+import operator
 from collections.abc import Iterable, Mapping, Sequence
 from json.encoder import encode_basestring
 from typing import Any
@@ -40,12 +41,14 @@ from telemetry.records import (
 )
 
 __all__ = [
+    "StagesTemplate",
     "encode_attribute",
     "encode_attributes",
     "encode_request",
     "encode_shaped",
     "encode_span",
     "encode_spans",
+    "frame_spans",
     "join_request",
     "join_resource",
     "join_scope",
@@ -349,6 +352,43 @@ def encode_shaped(
     return join_span(trace_id, span_id, parent_span_id, head, start_ns, end_ns, tail)
 
 
+class StagesTemplate:
+    """The text of one call's stage spans, comma-separated, with a hole for each id and time.
+
+    Stage ``i`` has the shape ``shapes[i]`` and the span id ``prefix + hexes[i + 1]``, under the
+    call span ``prefix + hexes[0]``, and runs from ``marks[i]`` to ``marks[i + 1]``: ``render`` is
+    the text ``encode_shaped`` writes for each (a test holds them equal; marks must be non-zero).
+    Calls that take the same path share their stages' shapes, so one template serves them all and
+    a call's stage spans cost one ``%`` of its ids and times.
+    """
+
+    __slots__ = ("_pick", "_text")
+
+    def __init__(self, shapes: Sequence[Shape], hexes: Sequence[str]) -> None:
+        parts = []
+        holes: list[int] = []  # which value fills each hole: 0 trace id, 1 prefix, 2 + i mark i
+        for index, shape in enumerate(shapes):
+            shaped = SpanRecord(
+                trace_id="", span_id="", parent_span_id="", name=shape[0], start_ns=0, end_ns=0,
+                attributes=shape[1], status_code=shape[2], status_message=shape[3],
+            )  # fmt: skip
+            head, tail = _shaped_parts(shaped) or _parts(shaped)
+            parts.append(
+                '{"traceId":"%s","spanId":"%s' + hexes[index + 1] + '","parentSpanId":"%s'
+                + hexes[0] + '"' + head.replace("%", "%%") + ',"startTimeUnixNano":"%s",'
+                + '"endTimeUnixNano":"%s"' + tail.replace("%", "%%")
+            )  # fmt: skip
+            holes += (0, 1, 1, 2 + index, 3 + index)
+        self._text = ",".join(parts)
+        self._pick = operator.itemgetter(*holes) if len(holes) > 1 else None
+
+    def render(self, trace_id: str, prefix: str, marks: Sequence[int]) -> str:
+        """The stage spans of a call with these ids and stage boundaries (one more than stages)."""
+        if self._pick is None:
+            return ""
+        return self._text % self._pick((trace_id, prefix, *map(str, marks)))
+
+
 # Groups: a resource and its scopes. ``resource_head``/``scope_head`` depend on the group alone (a
 # reader caches them by the group's bytes); ``join_*`` put the lists inside.
 
@@ -429,11 +469,32 @@ def encode_spans(
 
     ``spans`` are records, or text ``encode_span`` already made (joined by commas).
     """
-    scope = ScopeGroup(name=encodable(scope_name), version=encodable(scope_version))
     body = [span if isinstance(span, str) else encode_span(span) for span in spans]
+    if not body:
+        scope = ScopeGroup(name=encodable(scope_name), version=encodable(scope_version))
+        group = ResourceGroup(attributes=_encodable_pairs(resource))
+        return join_request(
+            [join_resource(resource_head(group), [join_scope(scope_head(scope), [])])]
+        )
+    head, tail = frame_spans(resource=resource, scope_name=scope_name, scope_version=scope_version)
+    return head + ",".join(body) + tail
+
+
+def _encodable_pairs(resource: Mapping[str, AttributeValue]) -> list[tuple[str, AttributeValue]]:
     pairs = list(resource.items())
     encodable_attributes(pairs)
-    group = ResourceGroup(attributes=pairs)
-    return join_request(
-        [join_resource(resource_head(group), [join_scope(scope_head(scope), body)])]
-    )
+    return pairs
+
+
+def frame_spans(
+    *, resource: Mapping[str, AttributeValue], scope_name: str, scope_version: str = ""
+) -> tuple[str, str]:
+    """The text ``encode_spans`` writes before and after its (non-empty) comma-joined spans.
+
+    A writer whose resource and scope do not change (the trail) makes it once and builds each
+    line as ``head`` + spans + ``tail``: one join of the spans' texts, no copy per level.
+    """
+    scope = ScopeGroup(name=encodable(scope_name), version=encodable(scope_version))
+    group = ResourceGroup(attributes=_encodable_pairs(resource))
+    head = resource_head(group) + ',"scopeSpans":[' + scope_head(scope) + ',"spans":['
+    return '{"resourceSpans":[' + head, "]}]}]}"

@@ -16,9 +16,10 @@ from guard.call import Call, stage_outcome
 from guard.codes import HUMAN_GATES
 from guard.result import ToolResult
 from telemetry import attributes as attr
-from telemetry.encoder import encode_shaped, encode_span
+from telemetry.encoder import StagesTemplate, encode_shaped, encode_span
 from telemetry.masking import EXCERPT_CONTEXT, InjectionMatch, Masker, find_injection
 from telemetry.records import (
+    SPAN_ID_SUFFIXES,
     STATUS_ERROR,
     STATUS_UNSET,
     AttributeValue,
@@ -28,7 +29,7 @@ from telemetry.records import (
     _shapes,
     encodable,
     encodable_attributes,
-    new_ids,
+    new_id_prefix,
     stage_shape,
 )
 
@@ -60,6 +61,77 @@ _Stage: TypeAlias = tuple[str, Shape, int, int, list[EventRecord] | None]
 """A stage span in a call's layout: span id, shape, start, end, retry events (execute only)."""
 
 
+def _head(
+    call: Call,
+    result: ToolResult,
+    masker: Masker,
+    capture_content: bool,
+    parent: tuple[str, str] | None,
+    check_text: bool,
+) -> tuple[SpanRecord, str]:
+    """The call span's record, and the prefix its stage spans' ids share with its own."""
+    marks = call.marks
+    trace_id, prefix = new_id_prefix()
+    parent_id = ""
+    if parent is not None:
+        trace_id, parent_id = parent
+    code = result.code
+    tool_name, attributes = call_attributes(call, result, masker, capture_content, check_text)
+    head = SpanRecord(
+        trace_id=trace_id,
+        span_id=prefix + SPAN_ID_SUFFIXES[0],
+        parent_span_id=parent_id,
+        name=attr.CALL_SPAN_PREFIX + tool_name,
+        start_ns=call.start_ns,
+        end_ns=call.end_ns or (marks[-1] if marks else call.start_ns),
+        attributes=attributes,
+        status_code=STATUS_UNSET if result.ok else STATUS_ERROR,
+        status_message="" if result.ok else str(code),
+    )
+    return head, prefix
+
+
+def _path(call: Call, result: ToolResult) -> tuple[Any, ...]:
+    """What decides a call's stage shapes: the stages that ran, how the last ended, shadow mode."""
+    shadow = call.shadow
+    return (
+        call.chain,
+        len(call.marks) - 1,
+        stage_outcome(result),
+        str(result.code),
+        result_fixable(result),
+        None if shadow is None else call.shadow_stage,
+        None if shadow is None else str(shadow),
+    )
+
+
+def _shapes_of(path: tuple[Any, ...]) -> list[Shape]:
+    """The shape of each stage span of a call that took ``path`` (``_path``), in order."""
+    chain, ran, last_outcome, code_text, fixable, shadow_stage, shadow_code = path
+    shapes: list[Shape] = []
+    for index in range(ran):
+        last = index == ran - 1
+        stage = chain[index]
+        shadowed = stage == shadow_stage and not last  # would have rejected; the call went on
+        code_of = code_text if last else shadow_code if shadowed else None
+        key = (stage, last_outcome if last else "pass", code_of, fixable if last else None)
+        shapes.append(_shapes.get(key) or stage_shape(*key))
+    return shapes
+
+
+_templates: dict[tuple[Any, ...], StagesTemplate] = {}
+"""A call's path (``_path``) -> the template of its stage spans, bounded."""
+
+
+def _stage_template(path: tuple[Any, ...]) -> StagesTemplate:
+    template = _templates.get(path)
+    if template is None:
+        template = StagesTemplate(_shapes_of(path), SPAN_ID_SUFFIXES)
+        if len(_templates) < 4096:
+            _templates[path] = template
+    return template
+
+
 def _layout(
     call: Call,
     result: ToolResult,
@@ -69,41 +141,12 @@ def _layout(
     check_text: bool,
 ) -> tuple[SpanRecord, list[_Stage]]:
     """The call span's record and its stage spans: the one place a call's spans are laid out."""
-    chain, marks = call.chain, call.marks
-    ran = max(len(marks) - 1, 0)  # stage i ran from marks[i] to marks[i + 1]
-    trace_id, span_ids = new_ids(ran)
-    if parent is not None:
-        trace_id, parent_id = parent
-    else:
-        parent_id = ""
-    call_span_id = span_ids[0]
-    code = result.code
-    tool_name, attributes = call_attributes(call, result, masker, capture_content, check_text)
-    code_text = str(code)
-    head = SpanRecord(
-        trace_id=trace_id,
-        span_id=call_span_id,
-        parent_span_id=parent_id,
-        name=attr.CALL_SPAN_PREFIX + tool_name,
-        start_ns=call.start_ns,
-        end_ns=call.end_ns or (marks[-1] if marks else call.start_ns),
-        attributes=attributes,
-        status_code=STATUS_UNSET if result.ok else STATUS_ERROR,
-        status_message="" if result.ok else code_text,
-    )
-    last_outcome = stage_outcome(result)
-    fixable = result_fixable(result)
-    shadow_stage = call.shadow_stage if call.shadow is not None else None
-    shapes = _shapes
+    head, prefix = _head(call, result, masker, capture_content, parent, check_text)
+    marks = call.marks
     stages: list[_Stage] = []
-    for index in range(ran):
-        last = index == ran - 1
-        stage = chain[index]
-        shadowed = stage == shadow_stage and not last  # would have rejected; the call went on
-        code_of = code_text if last else str(call.shadow) if shadowed else None
-        key = (stage, last_outcome if last else "pass", code_of, fixable if last else None)
+    for index, shape in enumerate(_shapes_of(_path(call, result))):
         events = None
-        if call.retries and chain[index] == "execute":
+        if call.retries and call.chain[index] == "execute":
             events = [
                 EventRecord(
                     name=attr.RETRY_EVENT,
@@ -116,10 +159,8 @@ def _layout(
                 )
                 for retry in call.retries
             ]
-        stages.append(
-            (span_ids[index + 1], shapes.get(key) or stage_shape(*key), marks[index],
-             marks[index + 1], events)
-        )  # fmt: skip
+        span_id = prefix + SPAN_ID_SUFFIXES[index + 1]
+        stages.append((span_id, shape, marks[index], marks[index + 1], events))
     return head, stages
 
 
@@ -171,9 +212,30 @@ def encode_call(
     """The spans of one finished call as OTLP JSON span objects, comma-separated.
 
     The text ``encode_span`` makes of each of ``build_call_spans``'s records (a test holds them
-    equal), from the same layout; stage spans come from their shape's cached text
-    (``encode_shaped``) rather than a record each. ``encode_spans`` wraps calls into a line.
+    equal). Stage spans come from a template per path (the stages that ran and how the call
+    ended: ``StagesTemplate``) in which only ids and times vary; a call with retries (events on
+    its execute span) or an unset time is written span by span. ``encode_spans`` wraps calls into
+    a line.
     """
+    marks = call.marks
+    if call.retries or len(marks) > len(SPAN_ID_SUFFIXES) or 0 in marks:
+        return _encode_each(call, result, masker, capture_content, parent, check_text)
+    head, prefix = _head(call, result, masker, capture_content, parent, check_text)
+    text = encode_span(head)
+    if len(marks) < 2:
+        return text
+    return text + "," + _stage_template(_path(call, result)).render(head.trace_id, prefix, marks)
+
+
+def _encode_each(
+    call: Call,
+    result: ToolResult,
+    masker: Masker,
+    capture_content: bool,
+    parent: tuple[str, str] | None,
+    check_text: bool,
+) -> str:
+    """``encode_call``, span by span (events, unusual times)."""
     head, stages = _layout(call, result, masker, capture_content, parent, check_text)
     trace_id, call_span_id = head.trace_id, head.span_id
     parts = [encode_span(head)]
