@@ -43,6 +43,7 @@ from telemetry.records import (
 __all__ = [
     "StagesTemplate",
     "encode_attribute",
+    "encode_attribute_groups",
     "encode_attributes",
     "encode_request",
     "encode_shaped",
@@ -156,6 +157,31 @@ def encode_attributes(attributes: Sequence[tuple[str, AttributeValue]]) -> str:
     if isinstance(attributes, tuple) and len(_tuples) < _CACHE_LIMIT:
         _tuples[attributes] = encoded
     return encoded
+
+
+_groups: dict[tuple[tuple[str, Any], ...], str] = {}
+
+
+def encode_attribute_groups(groups: Iterable[Sequence[tuple[str, AttributeValue]]]) -> str:
+    """``encode_attributes`` of the groups' pairs, in order, as one list.
+
+    A group that is a tuple holds values that repeat together (a tool's effect, risk and
+    version; a call's code and flags): its text is cached whole, bounded, so such a group costs one
+    lookup. A list is encoded pair by pair.
+    """
+    out = []
+    for group in groups:
+        if group.__class__ is tuple:
+            text = _groups.get(group)  # type: ignore[call-overload]
+            if text is None:
+                text = encode_attributes(list(group))[1:-1]
+                if len(_groups) < _CACHE_LIMIT:
+                    _groups[group] = text  # type: ignore[index]
+        else:
+            text = encode_attributes(group)[1:-1]
+        if text:
+            out.append(text)
+    return "[" + ",".join(out) + "]"
 
 
 _shape_text: dict[int, tuple[Shape, tuple[str, str]]] = {}

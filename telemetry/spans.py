@@ -16,9 +16,18 @@ from guard.call import Call, stage_outcome
 from guard.codes import HUMAN_GATES
 from guard.result import ToolResult
 from telemetry import attributes as attr
-from telemetry.encoder import StagesTemplate, encode_shaped, encode_span
+from telemetry.encoder import (
+    StagesTemplate,
+    encode_attribute_groups,
+    encode_shaped,
+    encode_span,
+    join_span,
+    span_head,
+    span_later,
+)
 from telemetry.masking import EXCERPT_CONTEXT, InjectionMatch, Masker, find_injection
 from telemetry.records import (
+    KIND_INTERNAL,
     SPAN_ID_SUFFIXES,
     STATUS_ERROR,
     STATUS_UNSET,
@@ -220,11 +229,46 @@ def encode_call(
     marks = call.marks
     if call.retries or len(marks) > len(SPAN_ID_SUFFIXES) or 0 in marks:
         return _encode_each(call, result, masker, capture_content, parent, check_text)
-    head, prefix = _head(call, result, masker, capture_content, parent, check_text)
-    text = encode_span(head)
+    if check_text:
+        head, prefix = _head(call, result, masker, capture_content, parent, check_text)
+        trace_id, text = head.trace_id, encode_span(head)
+    else:
+        trace_id, prefix, text = _head_text(call, result, masker, capture_content, parent)
     if len(marks) < 2:
         return text
-    return text + "," + _stage_template(_path(call, result)).render(head.trace_id, prefix, marks)
+    return text + "," + _stage_template(_path(call, result)).render(trace_id, prefix, marks)
+
+
+def _head_text(
+    call: Call,
+    result: ToolResult,
+    masker: Masker,
+    capture_content: bool,
+    parent: tuple[str, str] | None,
+) -> tuple[str, str, str]:
+    """Trace id, span-id prefix and text of the call span: ``encode_span`` of ``_head``'s record
+    (with ``check_text`` off), its attributes encoded by groups."""
+    marks = call.marks
+    trace_id, prefix = new_id_prefix()
+    parent_id = ""
+    if parent is not None:
+        trace_id, parent_id = parent
+    tool_name, groups = call_attribute_groups(call, result, masker, capture_content)
+    status = SpanRecord(
+        trace_id=trace_id, span_id="", parent_span_id="", name="", start_ns=0, end_ns=0,
+        attributes=(), status_code=STATUS_UNSET if result.ok else STATUS_ERROR,
+        status_message="" if result.ok else str(result.code),
+    )  # fmt: skip
+    text = join_span(
+        trace_id,
+        prefix + SPAN_ID_SUFFIXES[0],
+        parent_id,
+        span_head(attr.CALL_SPAN_PREFIX + tool_name, KIND_INTERNAL),
+        call.start_ns,
+        call.end_ns or (marks[-1] if marks else call.start_ns),
+        ',"attributes":' + encode_attribute_groups(groups) + span_later(status),
+    )
+    return trace_id, prefix, text
 
 
 def _encode_each(
@@ -268,10 +312,30 @@ def _code_stage(code: Any) -> str | None:
     return stage if isinstance(stage, str) else None
 
 
+_Group: TypeAlias = tuple[tuple[str, AttributeValue], ...] | list[tuple[str, AttributeValue]]
+"""Consecutive attributes of a call span: a tuple when its values repeat together (its text is
+cached whole: ``encode_attribute_groups``), a list when they vary from call to call."""
+_TOOL_TYPE = (attr.GEN_AI_TOOL_TYPE, "function")
+_OPERATION = (attr.GEN_AI_OPERATION_NAME, attr.OPERATION_EXECUTE_TOOL)
+
+
 def call_attributes(
     call: Call, result: ToolResult, masker: Masker, capture_content: bool, check_text: bool = True
 ) -> tuple[str, list[tuple[str, AttributeValue]]]:
     """The (encodable) tool name as the span name shows it, and the call span's attributes."""
+    tool_name, groups = call_attribute_groups(call, result, masker, capture_content)
+    items = [pair for group in groups for pair in group]
+    if check_text and encodable_attributes(items):
+        items.append((attr.TEXT_REPLACED, True))
+        tool_name = encodable(tool_name)
+    return tool_name, items
+
+
+def call_attribute_groups(
+    call: Call, result: ToolResult, masker: Masker, capture_content: bool
+) -> tuple[str, list[_Group]]:
+    """The tool name as the span name shows it, and the call span's attributes in groups, in
+    order (``call_attributes`` without the check that the text encodes)."""
     code = result.code
     fixable = result_fixable(result)
     shadow = getattr(call, "shadow", None)
@@ -279,19 +343,21 @@ def call_attributes(
         code, fixable = shadow, bool(call.shadow_fixable)
     spec = call.spec
     tool_name = call.tool if spec is not None and spec.name == call.tool else masker.text(call.tool)
+    groups: list[_Group] = [
+        (_OPERATION, (attr.GEN_AI_TOOL_NAME, tool_name), _TOOL_TYPE),
+        [(attr.GEN_AI_CONVERSATION_ID, masker.identifier(call.session_id))],
+        (
+            (attr.CODE, str(code)),
+            (attr.OK, result.ok),
+            (attr.FIXABLE, fixable),
+            (attr.REPLAYED, result.replayed),
+            (attr.CONFIRMED, call.confirmed),
+            (attr.RESUMED, call.approval is not None),
+            (attr.ATTEMPTS, call.attempts),
+            (attr.OUTCOME, str(result.outcome)),
+        ),
+    ]
     items: list[tuple[str, AttributeValue]] = [
-        (attr.GEN_AI_OPERATION_NAME, attr.OPERATION_EXECUTE_TOOL),
-        (attr.GEN_AI_TOOL_NAME, tool_name),
-        (attr.GEN_AI_TOOL_TYPE, "function"),
-        (attr.GEN_AI_CONVERSATION_ID, masker.identifier(call.session_id)),
-        (attr.CODE, str(code)),
-        (attr.OK, result.ok),
-        (attr.FIXABLE, fixable),
-        (attr.REPLAYED, result.replayed),
-        (attr.CONFIRMED, call.confirmed),
-        (attr.RESUMED, call.approval is not None),
-        (attr.ATTEMPTS, call.attempts),
-        (attr.OUTCOME, str(result.outcome)),
         (attr.STEP, call.step),
         (attr.TURN, call.turn),
         (attr.TURNS_MARKED, call.turns_marked),
@@ -299,6 +365,7 @@ def call_attributes(
         (attr.ROLE, call.principal.role),
         (attr.MESSAGE, masker.text(result.message)),
     ]
+    groups.append(items)
     stage = _code_stage(code)
     if stage is not None:
         items.append((attr.CODE_STAGE, stage))
@@ -323,13 +390,17 @@ def call_attributes(
     if previous is not None or not getattr(call.principal, "authenticated", True):
         items.append((attr.AUTHENTICATED, bool(getattr(call.principal, "authenticated", True))))
     if spec is not None:
-        items += [
-            (attr.EFFECT, str(spec.effect)),
-            (attr.RISK, str(spec.risk if call.risk is None else call.risk)),
-            (attr.TOOL_VERSION, spec.version),
-            (attr.SCHEMA_HASH, spec.schema_hash),
-            (attr.UNTRUSTED, spec.untrusted_output),
-        ]
+        groups.append(
+            (
+                (attr.EFFECT, str(spec.effect)),
+                (attr.RISK, str(spec.risk if call.risk is None else call.risk)),
+                (attr.TOOL_VERSION, spec.version),
+                (attr.SCHEMA_HASH, spec.schema_hash),
+                (attr.UNTRUSTED, spec.untrusted_output),
+            )
+        )
+        items = []
+        groups.append(items)
     approval_id = result.approval_id or (call.approval.id if call.approval is not None else None)
     if approval_id is not None:
         items.append((attr.APPROVAL_ID, approval_id))
@@ -380,10 +451,7 @@ def call_attributes(
         data: Any = call.result_data if call.result_data is not None else result.data
         if data is not None:
             items.append((attr.GEN_AI_TOOL_CALL_RESULT, masker.json(data)))
-    if check_text and encodable_attributes(items):
-        items.append((attr.TEXT_REPLACED, True))
-        tool_name = encodable(tool_name)
-    return tool_name, items
+    return tool_name, groups
 
 
 EXCERPT_LIMIT = 200

@@ -27,6 +27,9 @@ __all__ = ["SpanFileWriter", "TrailSink", "TrailWriteError"]
 
 log = logging.getLogger(__name__)
 
+LINE_BYTES = 48 * 1024
+"""A trail line holds calls until its text passes this many characters (one call can pass it)."""
+
 
 def _encodes(text: str) -> bool:
     try:
@@ -97,14 +100,14 @@ class TrailSink:
             return
         try:
             try:
-                data = self._line(spans).encode("utf-8")
+                lines = self._lines(spans)
             except UnicodeEncodeError:  # a call held text UTF-8 cannot carry: redo those calls
                 spans = [
                     text if _encodes(text) else (self._encode(*item, check_text=True) or "")
                     for text, item in zip(spans, built, strict=True)
                 ]
-                data = self._line([text for text in spans if text]).encode("utf-8")
-            self.writer.write_lines([data])
+                lines = self._lines([text for text in spans if text])
+            self.writer.write_lines(lines)
         except Exception:
             self.lost_spans += count
             log.exception("the trail lost %d spans", count)
@@ -133,10 +136,23 @@ class TrailSink:
             self.lost_spans += max(len(call.marks), 1)
             return None
 
-    def _line(self, spans: list[str]) -> str:
-        """``encode_spans`` of the calls' texts, from the sink's frame made once."""
+    def _lines(self, spans: list[str]) -> list[bytes]:
+        """The calls' texts as UTF-8 lines (``encode_spans`` of each run of calls, from the sink's
+        frame made once) of about ``LINE_BYTES`` at most each: a line's text, its bytes and the
+        chain's copy stay small buffers the allocator reuses (two large ones alive at once cost
+        more than all the encoding, on some systems)."""
         head, tail = self._frame
-        return head + ",".join(spans) + tail
+        lines: list[bytes] = []
+        run: list[str] = []
+        size = 0
+        for text in spans:
+            if run and size + len(text) > LINE_BYTES:
+                lines.append((head + ",".join(run) + tail).encode("utf-8"))
+                run, size = [], 0
+            run.append(text)
+            size += len(text) + 1
+        lines.append((head + ",".join(run) + tail).encode("utf-8"))
+        return lines
 
     def force_flush(self, timeout: float | None = None) -> bool:
         """Wait until every queued call is on disk."""
