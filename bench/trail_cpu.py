@@ -13,8 +13,8 @@ the caller's role and the tool's argument schema, run, and recorded in a file:
 - callgate: the shop's guard (nine stages) with ``telemetry.configure(trail_dir=...)`` (one call
   span and one span per stage, masked, HMAC-chained OTLP JSON lines); and the same guard with the
   null observer, so the trail's own share shows;
-- the same two at ``--base`` (default 944f983), from a git worktree under /tmp (made when missing)
-  imported in its own process;
+- the same two at each ``--base`` commit (default 944f983), from a git worktree under /tmp (made
+  when missing) imported in its own process;
 - tollgate 1.4.0: ``ControlTower`` with a YAML policy, a tool manifest with a params schema,
   ``AutoApprover`` and ``JsonlAuditSink``, awaited on one event loop;
 - chokepoint 0.3.0: ``ChokepointInterceptor`` with a role and a schema policy and an
@@ -262,7 +262,9 @@ def main() -> None:
     parser.add_argument("-n", type=int, default=20_000, help="calls per measurement")
     parser.add_argument("--rounds", type=int, default=3, help="alternating blocks of every row")
     parser.add_argument("--peers-python", default=DEFAULT_PEERS, help="a python with the peers")
-    parser.add_argument("--base", default=DEFAULT_BASE, help="the older commit to compare with")
+    parser.add_argument(
+        "--base", action="append", help=f"an older commit to compare with (repeat; {DEFAULT_BASE})"
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -272,12 +274,14 @@ def main() -> None:
         ("callgate guard + trail", sys.executable, ROOT, "trail"),
         ("callgate guard alone", sys.executable, ROOT, "guard"),
     ]
-    base = _base_tree(args.base)
-    if base is not None:
-        rows += [
-            (f"callgate {args.base} guard + trail", sys.executable, base, "trail"),
-            (f"callgate {args.base} guard alone", sys.executable, base, "guard"),
-        ]
+    args.base = args.base or [DEFAULT_BASE]
+    for commit in args.base:
+        base = _base_tree(commit)
+        if base is not None:
+            rows += [
+                (f"callgate {commit} guard + trail", sys.executable, base, "trail"),
+                (f"callgate {commit} guard alone", sys.executable, base, "guard"),
+            ]
     rows += [(name, args.peers_python, ROOT, name) for name in _peers(args.peers_python)]
     results: dict[str, list[dict[str, float]]] = {label: [] for label, *_ in rows}
     for round_ in range(args.rounds):
@@ -305,7 +309,7 @@ def _report(results: dict[str, list[dict[str, float]]], args: argparse.Namespace
             f"{statistics.median(r['bytes'] for r in runs) / args.n:10.0f} "
             f"{statistics.median(ratios) if ratios else float('nan'):6.2f}x"
         )
-    for tree in ("callgate", f"callgate {args.base}"):
+    for tree in ["callgate", *(f"callgate {commit}" for commit in args.base)]:
         trail, guard = results.get(f"{tree} guard + trail"), results.get(f"{tree} guard alone")
         if trail and guard:
             added = [t["process_us"] - g["process_us"] for t, g in zip(trail, guard, strict=False)]

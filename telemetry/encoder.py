@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import base64
 import json
-import operator
 from collections.abc import Iterable, Mapping, Sequence
 from json.encoder import encode_basestring
 from typing import Any
@@ -41,7 +40,6 @@ from telemetry.records import (
 )
 
 __all__ = [
-    "StagesTemplate",
     "encode_attribute",
     "encode_attribute_groups",
     "encode_attributes",
@@ -172,11 +170,11 @@ def encode_attribute_groups(groups: Iterable[Sequence[tuple[str, AttributeValue]
     out = []
     for group in groups:
         if group.__class__ is tuple:
-            text = _groups.get(group)  # type: ignore[call-overload]
+            text = _groups.get(group)
             if text is None:
                 text = encode_attributes(list(group))[1:-1]
                 if len(_groups) < _CACHE_LIMIT:
-                    _groups[group] = text  # type: ignore[index]
+                    _groups[group] = text
         else:
             text = encode_attributes(group)[1:-1]
         if text:
@@ -376,43 +374,6 @@ def encode_shaped(
         return encode_span(record)
     head, tail = entry[1]
     return join_span(trace_id, span_id, parent_span_id, head, start_ns, end_ns, tail)
-
-
-class StagesTemplate:
-    """The text of one call's stage spans, comma-separated, with a hole for each id and time.
-
-    Stage ``i`` has the shape ``shapes[i]`` and the span id ``prefix + hexes[i + 1]``, under the
-    call span ``prefix + hexes[0]``, and runs from ``marks[i]`` to ``marks[i + 1]``: ``render`` is
-    the text ``encode_shaped`` writes for each (a test holds them equal; marks must be non-zero).
-    Calls that take the same path share their stages' shapes, so one template serves them all and
-    a call's stage spans cost one ``%`` of its ids and times.
-    """
-
-    __slots__ = ("_pick", "_text")
-
-    def __init__(self, shapes: Sequence[Shape], hexes: Sequence[str]) -> None:
-        parts = []
-        holes: list[int] = []  # which value fills each hole: 0 trace id, 1 prefix, 2 + i mark i
-        for index, shape in enumerate(shapes):
-            shaped = SpanRecord(
-                trace_id="", span_id="", parent_span_id="", name=shape[0], start_ns=0, end_ns=0,
-                attributes=shape[1], status_code=shape[2], status_message=shape[3],
-            )  # fmt: skip
-            head, tail = _shaped_parts(shaped) or _parts(shaped)
-            parts.append(
-                '{"traceId":"%s","spanId":"%s' + hexes[index + 1] + '","parentSpanId":"%s'
-                + hexes[0] + '"' + head.replace("%", "%%") + ',"startTimeUnixNano":"%s",'
-                + '"endTimeUnixNano":"%s"' + tail.replace("%", "%%")
-            )  # fmt: skip
-            holes += (0, 1, 1, 2 + index, 3 + index)
-        self._text = ",".join(parts)
-        self._pick = operator.itemgetter(*holes) if len(holes) > 1 else None
-
-    def render(self, trace_id: str, prefix: str, marks: Sequence[int]) -> str:
-        """The stage spans of a call with these ids and stage boundaries (one more than stages)."""
-        if self._pick is None:
-            return ""
-        return self._text % self._pick((trace_id, prefix, *map(str, marks)))
 
 
 # Groups: a resource and its scopes. ``resource_head``/``scope_head`` depend on the group alone (a

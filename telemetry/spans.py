@@ -16,18 +16,8 @@ from guard.call import Call, stage_outcome
 from guard.codes import HUMAN_GATES
 from guard.result import ToolResult
 from telemetry import attributes as attr
-from telemetry.encoder import (
-    StagesTemplate,
-    encode_attribute_groups,
-    encode_shaped,
-    encode_span,
-    join_span,
-    span_head,
-    span_later,
-)
 from telemetry.masking import EXCERPT_CONTEXT, InjectionMatch, Masker, find_injection
 from telemetry.records import (
-    KIND_INTERNAL,
     SPAN_ID_SUFFIXES,
     STATUS_ERROR,
     STATUS_UNSET,
@@ -48,7 +38,6 @@ __all__ = [
     "SpanRecord",
     "build_call_spans",
     "call_attributes",
-    "encode_call",
 ]
 
 
@@ -128,19 +117,6 @@ def _shapes_of(path: tuple[Any, ...]) -> list[Shape]:
     return shapes
 
 
-_templates: dict[tuple[Any, ...], StagesTemplate] = {}
-"""A call's path (``_path``) -> the template of its stage spans, bounded."""
-
-
-def _stage_template(path: tuple[Any, ...]) -> StagesTemplate:
-    template = _templates.get(path)
-    if template is None:
-        template = StagesTemplate(_shapes_of(path), SPAN_ID_SUFFIXES)
-        if len(_templates) < 4096:
-            _templates[path] = template
-    return template
-
-
 def _layout(
     call: Call,
     result: ToolResult,
@@ -207,94 +183,6 @@ def build_call_spans(
             )
         )
     return records
-
-
-def encode_call(
-    call: Call,
-    result: ToolResult,
-    masker: Masker,
-    *,
-    capture_content: bool = False,
-    parent: tuple[str, str] | None = None,
-    check_text: bool = True,
-) -> str:
-    """The spans of one finished call as OTLP JSON span objects, comma-separated.
-
-    The text ``encode_span`` makes of each of ``build_call_spans``'s records (a test holds them
-    equal). Stage spans come from a template per path (the stages that ran and how the call
-    ended: ``StagesTemplate``) in which only ids and times vary; a call with retries (events on
-    its execute span) or an unset time is written span by span. ``encode_spans`` wraps calls into
-    a line.
-    """
-    marks = call.marks
-    if call.retries or len(marks) > len(SPAN_ID_SUFFIXES) or 0 in marks:
-        return _encode_each(call, result, masker, capture_content, parent, check_text)
-    if check_text:
-        head, prefix = _head(call, result, masker, capture_content, parent, check_text)
-        trace_id, text = head.trace_id, encode_span(head)
-    else:
-        trace_id, prefix, text = _head_text(call, result, masker, capture_content, parent)
-    if len(marks) < 2:
-        return text
-    return text + "," + _stage_template(_path(call, result)).render(trace_id, prefix, marks)
-
-
-def _head_text(
-    call: Call,
-    result: ToolResult,
-    masker: Masker,
-    capture_content: bool,
-    parent: tuple[str, str] | None,
-) -> tuple[str, str, str]:
-    """Trace id, span-id prefix and text of the call span: ``encode_span`` of ``_head``'s record
-    (with ``check_text`` off), its attributes encoded by groups."""
-    marks = call.marks
-    trace_id, prefix = new_id_prefix()
-    parent_id = ""
-    if parent is not None:
-        trace_id, parent_id = parent
-    tool_name, groups = call_attribute_groups(call, result, masker, capture_content)
-    status = SpanRecord(
-        trace_id=trace_id, span_id="", parent_span_id="", name="", start_ns=0, end_ns=0,
-        attributes=(), status_code=STATUS_UNSET if result.ok else STATUS_ERROR,
-        status_message="" if result.ok else str(result.code),
-    )  # fmt: skip
-    text = join_span(
-        trace_id,
-        prefix + SPAN_ID_SUFFIXES[0],
-        parent_id,
-        span_head(attr.CALL_SPAN_PREFIX + tool_name, KIND_INTERNAL),
-        call.start_ns,
-        call.end_ns or (marks[-1] if marks else call.start_ns),
-        ',"attributes":' + encode_attribute_groups(groups) + span_later(status),
-    )
-    return trace_id, prefix, text
-
-
-def _encode_each(
-    call: Call,
-    result: ToolResult,
-    masker: Masker,
-    capture_content: bool,
-    parent: tuple[str, str] | None,
-    check_text: bool,
-) -> str:
-    """``encode_call``, span by span (events, unusual times)."""
-    head, stages = _layout(call, result, masker, capture_content, parent, check_text)
-    trace_id, call_span_id = head.trace_id, head.span_id
-    parts = [encode_span(head)]
-    for span_id, shape, start, end, events in stages:
-        if events:
-            name, attributes, status_code, status_message = shape
-            record = SpanRecord(
-                trace_id=trace_id, span_id=span_id, parent_span_id=call_span_id, name=name,
-                start_ns=start, end_ns=end, attributes=attributes, status_code=status_code,
-                status_message=status_message, events=events,
-            )  # fmt: skip
-            parts.append(encode_span(record))
-        else:
-            parts.append(encode_shaped(trace_id, span_id, call_span_id, shape, start, end))
-    return ",".join(parts)
 
 
 def _fixable(code: Any) -> bool:

@@ -16,11 +16,11 @@ from typing import Any
 from guard.call import Call
 from guard.result import ToolResult
 from telemetry import attributes as attr
+from telemetry.calltext import encode_call
 from telemetry.encoder import frame_spans
 from telemetry.masking import Masker
 from telemetry.records import AttributeValue, encodable
 from telemetry.spanfile import SpanFileWriter, TrailWriteError
-from telemetry.spans import encode_call
 from telemetry.worker import BatchWorker
 
 __all__ = ["SpanFileWriter", "TrailSink", "TrailWriteError"]
@@ -143,15 +143,17 @@ class TrailSink:
         more than all the encoding, on some systems)."""
         head, tail = self._frame
         lines: list[bytes] = []
-        run: list[str] = []
+        run = [head]  # head, span, ",", span, ... : one join per line
         size = 0
         for text in spans:
-            if run and size + len(text) > LINE_BYTES:
-                lines.append((head + ",".join(run) + tail).encode("utf-8"))
-                run, size = [], 0
-            run.append(text)
+            if size and size + len(text) > LINE_BYTES:
+                run[-1] = tail
+                lines.append("".join(run).encode("utf-8"))
+                run, size = [head], 0
+            run += (text, ",")
             size += len(text) + 1
-        lines.append((head + ",".join(run) + tail).encode("utf-8"))
+        run[-1] = tail
+        lines.append("".join(run).encode("utf-8"))
         return lines
 
     def force_flush(self, timeout: float | None = None) -> bool:
