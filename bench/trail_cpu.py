@@ -210,10 +210,12 @@ def child(impl: str, n: int) -> None:
 # --- the run (the parent) ------------------------------------------------------------------------
 
 
-def _base_tree(commit: str) -> Path | None:
-    """A git worktree of ``commit`` under /tmp (made once), or None when git cannot make one."""
+def _base_tree(commit: str, made: list[Path]) -> Path | None:
+    """A git worktree of ``commit`` under /tmp (``made`` when this run makes it), or None when git
+    cannot make one."""
     tree = Path(tempfile.gettempdir()) / f"callgate-bench-{commit}"
     if not (tree / "telemetry").is_dir():
+        made.append(tree)
         made = subprocess.run(
             ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), commit],
             capture_output=True,
@@ -275,8 +277,19 @@ def main() -> None:
         ("callgate guard alone", sys.executable, ROOT, "guard"),
     ]
     args.base = args.base or [DEFAULT_BASE]
+    made: list[Path] = []
+    try:
+        _run(args, rows, made)
+    finally:
+        for tree in made:  # the worktrees this run made go again
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)])
+
+
+def _run(
+    args: argparse.Namespace, rows: list[tuple[str, str, Path, str]], made: list[Path]
+) -> None:
     for commit in args.base:
-        base = _base_tree(commit)
+        base = _base_tree(commit, made)
         if base is not None:
             rows += [
                 (f"callgate {commit} guard + trail", sys.executable, base, "trail"),
