@@ -16,6 +16,8 @@ proposals that stop at confirmation, a quarter schema rejections):
 Per call: median and p99 on the calling thread (GC off while timing), CPU per call (process CPU,
 every thread, from the first call until everything is flushed), and added cost against the bare
 guard. The sidecar runs in a separate process so its CPU is not counted.
+The process CPU of one audited call against tollgate, chokepoint and older commits, each in its own
+process: ``bench/trail_cpu.py``.
 Run: ``.venv/bin/python bench/telemetry_overhead.py [-n CALLS]``.
 """
 

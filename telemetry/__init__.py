@@ -13,6 +13,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from telemetry.calltext import encode_call
     from telemetry.masking import (
         DETECTORS,
         INJECTION_RULES,
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
     from telemetry.setup import Telemetry, configure
     from telemetry.sidecar import OTLPReceiver
     from telemetry.spanfile import SpanFileWriter
-    from telemetry.spans import build_call_spans, encode_call
+    from telemetry.spans import build_call_spans
     from telemetry.trail import TrailSink
 
 __all__ = [
@@ -67,7 +68,7 @@ _HOME: dict[str, str] = {
     "CallSink": "telemetry.observer",
     "OTelObserver": "telemetry.observer",
     "TracerSink": "telemetry.observer",
-    "encode_call": "telemetry.spans",
+    "encode_call": "telemetry.calltext",
     "encode_spans": "telemetry.otlpjson",
     "parse_request": "telemetry.otlpjson",
     "request_to_json": "telemetry.otlpjson",

@@ -41,11 +41,13 @@ from telemetry.records import (
 
 __all__ = [
     "encode_attribute",
+    "encode_attribute_groups",
     "encode_attributes",
     "encode_request",
     "encode_shaped",
     "encode_span",
     "encode_spans",
+    "frame_spans",
     "join_request",
     "join_resource",
     "join_scope",
@@ -153,6 +155,31 @@ def encode_attributes(attributes: Sequence[tuple[str, AttributeValue]]) -> str:
     if isinstance(attributes, tuple) and len(_tuples) < _CACHE_LIMIT:
         _tuples[attributes] = encoded
     return encoded
+
+
+_groups: dict[tuple[tuple[str, Any], ...], str] = {}
+
+
+def encode_attribute_groups(groups: Iterable[Sequence[tuple[str, AttributeValue]]]) -> str:
+    """``encode_attributes`` of the groups' pairs, in order, as one list.
+
+    A group that is a tuple holds values that repeat together (a tool's effect, risk and
+    version; a call's code and flags): its text is cached whole, bounded, so such a group costs one
+    lookup. A list is encoded pair by pair.
+    """
+    out = []
+    for group in groups:
+        if group.__class__ is tuple:
+            text = _groups.get(group)
+            if text is None:
+                text = encode_attributes(list(group))[1:-1]
+                if len(_groups) < _CACHE_LIMIT:
+                    _groups[group] = text
+        else:
+            text = encode_attributes(group)[1:-1]
+        if text:
+            out.append(text)
+    return "[" + ",".join(out) + "]"
 
 
 _shape_text: dict[int, tuple[Shape, tuple[str, str]]] = {}
@@ -429,11 +456,32 @@ def encode_spans(
 
     ``spans`` are records, or text ``encode_span`` already made (joined by commas).
     """
-    scope = ScopeGroup(name=encodable(scope_name), version=encodable(scope_version))
     body = [span if isinstance(span, str) else encode_span(span) for span in spans]
+    if not body:
+        scope = ScopeGroup(name=encodable(scope_name), version=encodable(scope_version))
+        group = ResourceGroup(attributes=_encodable_pairs(resource))
+        return join_request(
+            [join_resource(resource_head(group), [join_scope(scope_head(scope), [])])]
+        )
+    head, tail = frame_spans(resource=resource, scope_name=scope_name, scope_version=scope_version)
+    return head + ",".join(body) + tail
+
+
+def _encodable_pairs(resource: Mapping[str, AttributeValue]) -> list[tuple[str, AttributeValue]]:
     pairs = list(resource.items())
     encodable_attributes(pairs)
-    group = ResourceGroup(attributes=pairs)
-    return join_request(
-        [join_resource(resource_head(group), [join_scope(scope_head(scope), body)])]
-    )
+    return pairs
+
+
+def frame_spans(
+    *, resource: Mapping[str, AttributeValue], scope_name: str, scope_version: str = ""
+) -> tuple[str, str]:
+    """The text ``encode_spans`` writes before and after its (non-empty) comma-joined spans.
+
+    A writer whose resource and scope do not change (the trail) makes it once and builds each
+    line as ``head`` + spans + ``tail``: one join of the spans' texts, no copy per level.
+    """
+    scope = ScopeGroup(name=encodable(scope_name), version=encodable(scope_version))
+    group = ResourceGroup(attributes=_encodable_pairs(resource))
+    head = resource_head(group) + ',"scopeSpans":[' + scope_head(scope) + ',"spans":['
+    return '{"resourceSpans":[' + head, "]}]}]}"

@@ -85,10 +85,13 @@ class MetricsSink:
         for call, result in batch:
             tool = call.spec.name if call.spec is not None else _UNKNOWN
             code = str(result.code)
-            self._calls.add(1, {"gen_ai.tool.name": tool, "guard.code": code, "guard.ok": result.ok})
+            self._calls.add(
+                1, {"gen_ai.tool.name": tool, "guard.code": code, "guard.ok": result.ok}
+            )
             if call.end_ns:
                 self._call_duration.record(
-                    (call.end_ns - call.start_ns) / 1e9, {"gen_ai.tool.name": tool, "guard.code": code}
+                    (call.end_ns - call.start_ns) / 1e9,
+                    {"gen_ai.tool.name": tool, "guard.code": code},
                 )
             for stage in call.stages:
                 self._stage_duration.record(

@@ -31,6 +31,9 @@ __all__ = ["CallSink", "OTelObserver", "TracerSink", "tracer_for"]
 
 log = logging.getLogger(__name__)
 
+_UNSEEN: Any = object()
+"""A call whose start this observer did not see."""
+
 
 class CallSink(Protocol):
     """Somewhere finished calls go. ``submit`` runs on the calling thread and must be cheap."""
@@ -65,7 +68,7 @@ class OTelObserver(BaseObserver):
     def __init__(self, sinks: Sequence[CallSink], *, link_parent: bool = True) -> None:
         self.sinks = tuple(sinks)
         self._link_parent = link_parent
-        self._parents: dict[int, SpanContext] = {}
+        self._parents: dict[int, SpanContext | None] = {}
 
     def call_started(self, call: Call) -> None:
         """Note the span current when the call begins: the call span's parent."""
@@ -73,11 +76,10 @@ class OTelObserver(BaseObserver):
             return
         try:
             context = trace.get_current_span().get_span_context()
-            if context.is_valid:
-                parents = self._parents
-                if len(parents) >= self._MAX_OPEN:
-                    parents.clear()
-                parents[id(call)] = context
+            parents = self._parents
+            if len(parents) >= self._MAX_OPEN:
+                parents.clear()
+            parents[id(call)] = context if context.is_valid else None  # None: seen, no parent
         except Exception:
             log.exception("telemetry observer failed at the start of a call")
 
@@ -85,8 +87,9 @@ class OTelObserver(BaseObserver):
         try:
             parent = None
             if self._link_parent:
-                parent = self._parents.pop(id(call), None)
-                if parent is None:  # started before this observer, or with no current span
+                parent = self._parents.pop(id(call), _UNSEEN)
+                if parent is _UNSEEN:  # started before this observer: the span current now
+                    parent = None
                     context = trace.get_current_span().get_span_context()
                     if context.is_valid:
                         parent = context

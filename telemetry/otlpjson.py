@@ -38,7 +38,7 @@ __all__ = [  # noqa: F822 - encode_call is loaded on use
 
 def __getattr__(name: str) -> Any:
     if name == "encode_call":  # needs the guard: loaded on use
-        from telemetry.spans import encode_call
+        from telemetry.calltext import encode_call
 
         return encode_call
     raise AttributeError(f"module 'telemetry.otlpjson' has no attribute {name!r}")

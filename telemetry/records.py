@@ -24,6 +24,7 @@ from telemetry import attributes as attr
 
 __all__ = [
     "KIND_INTERNAL",
+    "SPAN_ID_SUFFIXES",
     "STATUS_ERROR",
     "STATUS_UNSET",
     "AttributeValue",
@@ -36,6 +37,7 @@ __all__ = [
     "SpanRecord",
     "encodable",
     "encodable_attributes",
+    "new_id_prefix",
     "new_ids",
     "shape_of",
     "stage_record",
@@ -160,20 +162,28 @@ def encodable_attributes(
 
 # ids
 
-_BYTE_HEX = [format(index, "02x") for index in range(256)]
+SPAN_ID_SUFFIXES = tuple(format(index, "02x") for index in range(1, 256))
+"""The last byte of a call's span ids, in hex: the call span's first, then each stage's."""
+
+
+def new_id_prefix() -> tuple[str, str]:
+    """A random trace id, and the random 56-bit prefix a call's span ids share.
+
+    Span id ``i`` of the call is the prefix and ``SPAN_ID_SUFFIXES[i]``: ids need only be unique
+    within their trace, and one ``urandom`` per call keeps this cheap.
+    """
+    raw = os.urandom(23).hex()
+    return raw[:32], raw[32:46]
 
 
 def new_ids(stages: int) -> tuple[str, list[str]]:
-    """A random trace id, and span ids that share a random 56-bit prefix and differ in the last byte.
-
-    Ids need only be unique within their trace; one ``urandom`` per call keeps this cheap.
-    """
-    raw = os.urandom(23).hex()
-    if stages >= 255:  # pragma: no cover - no pipeline has that many stages
+    """A random trace id, and span ids that share a random 56-bit prefix and differ in the last byte
+    (``new_id_prefix``); random throughout past 254 stages."""
+    trace_id, prefix = new_id_prefix()
+    if stages >= len(SPAN_ID_SUFFIXES):  # pragma: no cover - no pipeline has that many stages
         more = os.urandom(8 * (stages + 1)).hex()
-        return raw[:32], [more[16 * index : 16 * index + 16] for index in range(stages + 1)]
-    prefix = raw[32:46]
-    return raw[:32], [prefix + _BYTE_HEX[index + 1] for index in range(stages + 1)]
+        return trace_id, [more[16 * index : 16 * index + 16] for index in range(stages + 1)]
+    return trace_id, [prefix + SPAN_ID_SUFFIXES[index] for index in range(stages + 1)]
 
 
 # stage spans: few distinct shapes, built once each

@@ -16,9 +16,9 @@ from guard.call import Call, stage_outcome
 from guard.codes import HUMAN_GATES
 from guard.result import ToolResult
 from telemetry import attributes as attr
-from telemetry.encoder import encode_shaped, encode_span
 from telemetry.masking import EXCERPT_CONTEXT, InjectionMatch, Masker, find_injection
 from telemetry.records import (
+    SPAN_ID_SUFFIXES,
     STATUS_ERROR,
     STATUS_UNSET,
     AttributeValue,
@@ -28,7 +28,7 @@ from telemetry.records import (
     _shapes,
     encodable,
     encodable_attributes,
-    new_ids,
+    new_id_prefix,
     stage_shape,
 )
 
@@ -38,7 +38,6 @@ __all__ = [
     "SpanRecord",
     "build_call_spans",
     "call_attributes",
-    "encode_call",
 ]
 
 
@@ -60,6 +59,64 @@ _Stage: TypeAlias = tuple[str, Shape, int, int, list[EventRecord] | None]
 """A stage span in a call's layout: span id, shape, start, end, retry events (execute only)."""
 
 
+def _head(
+    call: Call,
+    result: ToolResult,
+    masker: Masker,
+    capture_content: bool,
+    parent: tuple[str, str] | None,
+    check_text: bool,
+) -> tuple[SpanRecord, str]:
+    """The call span's record, and the prefix its stage spans' ids share with its own."""
+    marks = call.marks
+    trace_id, prefix = new_id_prefix()
+    parent_id = ""
+    if parent is not None:
+        trace_id, parent_id = parent
+    code = result.code
+    tool_name, attributes = call_attributes(call, result, masker, capture_content, check_text)
+    head = SpanRecord(
+        trace_id=trace_id,
+        span_id=prefix + SPAN_ID_SUFFIXES[0],
+        parent_span_id=parent_id,
+        name=attr.CALL_SPAN_PREFIX + tool_name,
+        start_ns=call.start_ns,
+        end_ns=call.end_ns or (marks[-1] if marks else call.start_ns),
+        attributes=attributes,
+        status_code=STATUS_UNSET if result.ok else STATUS_ERROR,
+        status_message="" if result.ok else str(code),
+    )
+    return head, prefix
+
+
+def _path(call: Call, result: ToolResult) -> tuple[Any, ...]:
+    """What decides a call's stage shapes: the stages that ran, how the last ended, shadow mode."""
+    shadow = call.shadow
+    return (
+        call.chain,
+        len(call.marks) - 1,
+        stage_outcome(result),
+        str(result.code),
+        result_fixable(result),
+        None if shadow is None else call.shadow_stage,
+        None if shadow is None else str(shadow),
+    )
+
+
+def _shapes_of(path: tuple[Any, ...]) -> list[Shape]:
+    """The shape of each stage span of a call that took ``path`` (``_path``), in order."""
+    chain, ran, last_outcome, code_text, fixable, shadow_stage, shadow_code = path
+    shapes: list[Shape] = []
+    for index in range(ran):
+        last = index == ran - 1
+        stage = chain[index]
+        shadowed = stage == shadow_stage and not last  # would have rejected; the call went on
+        code_of = code_text if last else shadow_code if shadowed else None
+        key = (stage, last_outcome if last else "pass", code_of, fixable if last else None)
+        shapes.append(_shapes.get(key) or stage_shape(*key))
+    return shapes
+
+
 def _layout(
     call: Call,
     result: ToolResult,
@@ -69,41 +126,12 @@ def _layout(
     check_text: bool,
 ) -> tuple[SpanRecord, list[_Stage]]:
     """The call span's record and its stage spans: the one place a call's spans are laid out."""
-    chain, marks = call.chain, call.marks
-    ran = max(len(marks) - 1, 0)  # stage i ran from marks[i] to marks[i + 1]
-    trace_id, span_ids = new_ids(ran)
-    if parent is not None:
-        trace_id, parent_id = parent
-    else:
-        parent_id = ""
-    call_span_id = span_ids[0]
-    code = result.code
-    tool_name, attributes = call_attributes(call, result, masker, capture_content, check_text)
-    code_text = str(code)
-    head = SpanRecord(
-        trace_id=trace_id,
-        span_id=call_span_id,
-        parent_span_id=parent_id,
-        name=attr.CALL_SPAN_PREFIX + tool_name,
-        start_ns=call.start_ns,
-        end_ns=call.end_ns or (marks[-1] if marks else call.start_ns),
-        attributes=attributes,
-        status_code=STATUS_UNSET if result.ok else STATUS_ERROR,
-        status_message="" if result.ok else code_text,
-    )
-    last_outcome = stage_outcome(result)
-    fixable = result_fixable(result)
-    shadow_stage = call.shadow_stage if call.shadow is not None else None
-    shapes = _shapes
+    head, prefix = _head(call, result, masker, capture_content, parent, check_text)
+    marks = call.marks
     stages: list[_Stage] = []
-    for index in range(ran):
-        last = index == ran - 1
-        stage = chain[index]
-        shadowed = stage == shadow_stage and not last  # would have rejected; the call went on
-        code_of = code_text if last else str(call.shadow) if shadowed else None
-        key = (stage, last_outcome if last else "pass", code_of, fixable if last else None)
+    for index, shape in enumerate(_shapes_of(_path(call, result))):
         events = None
-        if call.retries and chain[index] == "execute":
+        if call.retries and call.chain[index] == "execute":
             events = [
                 EventRecord(
                     name=attr.RETRY_EVENT,
@@ -116,10 +144,8 @@ def _layout(
                 )
                 for retry in call.retries
             ]
-        stages.append(
-            (span_ids[index + 1], shapes.get(key) or stage_shape(*key), marks[index],
-             marks[index + 1], events)
-        )  # fmt: skip
+        span_id = prefix + SPAN_ID_SUFFIXES[index + 1]
+        stages.append((span_id, shape, marks[index], marks[index + 1], events))
     return head, stages
 
 
@@ -159,38 +185,6 @@ def build_call_spans(
     return records
 
 
-def encode_call(
-    call: Call,
-    result: ToolResult,
-    masker: Masker,
-    *,
-    capture_content: bool = False,
-    parent: tuple[str, str] | None = None,
-    check_text: bool = True,
-) -> str:
-    """The spans of one finished call as OTLP JSON span objects, comma-separated.
-
-    The text ``encode_span`` makes of each of ``build_call_spans``'s records (a test holds them
-    equal), from the same layout; stage spans come from their shape's cached text
-    (``encode_shaped``) rather than a record each. ``encode_spans`` wraps calls into a line.
-    """
-    head, stages = _layout(call, result, masker, capture_content, parent, check_text)
-    trace_id, call_span_id = head.trace_id, head.span_id
-    parts = [encode_span(head)]
-    for span_id, shape, start, end, events in stages:
-        if events:
-            name, attributes, status_code, status_message = shape
-            record = SpanRecord(
-                trace_id=trace_id, span_id=span_id, parent_span_id=call_span_id, name=name,
-                start_ns=start, end_ns=end, attributes=attributes, status_code=status_code,
-                status_message=status_message, events=events,
-            )  # fmt: skip
-            parts.append(encode_span(record))
-        else:
-            parts.append(encode_shaped(trace_id, span_id, call_span_id, shape, start, end))
-    return ",".join(parts)
-
-
 def _fixable(code: Any) -> bool:
     return bool(getattr(code, "fixable", False))
 
@@ -206,10 +200,30 @@ def _code_stage(code: Any) -> str | None:
     return stage if isinstance(stage, str) else None
 
 
+_Group: TypeAlias = tuple[tuple[str, AttributeValue], ...] | list[tuple[str, AttributeValue]]
+"""Consecutive attributes of a call span: a tuple when its values repeat together (its text is
+cached whole: ``encode_attribute_groups``), a list when they vary from call to call."""
+_TOOL_TYPE = (attr.GEN_AI_TOOL_TYPE, "function")
+_OPERATION = (attr.GEN_AI_OPERATION_NAME, attr.OPERATION_EXECUTE_TOOL)
+
+
 def call_attributes(
     call: Call, result: ToolResult, masker: Masker, capture_content: bool, check_text: bool = True
 ) -> tuple[str, list[tuple[str, AttributeValue]]]:
     """The (encodable) tool name as the span name shows it, and the call span's attributes."""
+    tool_name, groups = call_attribute_groups(call, result, masker, capture_content)
+    items = [pair for group in groups for pair in group]
+    if check_text and encodable_attributes(items):
+        items.append((attr.TEXT_REPLACED, True))
+        tool_name = encodable(tool_name)
+    return tool_name, items
+
+
+def call_attribute_groups(
+    call: Call, result: ToolResult, masker: Masker, capture_content: bool
+) -> tuple[str, list[_Group]]:
+    """The tool name as the span name shows it, and the call span's attributes in groups, in
+    order (``call_attributes`` without the check that the text encodes)."""
     code = result.code
     fixable = result_fixable(result)
     shadow = getattr(call, "shadow", None)
@@ -217,19 +231,21 @@ def call_attributes(
         code, fixable = shadow, bool(call.shadow_fixable)
     spec = call.spec
     tool_name = call.tool if spec is not None and spec.name == call.tool else masker.text(call.tool)
+    groups: list[_Group] = [
+        (_OPERATION, (attr.GEN_AI_TOOL_NAME, tool_name), _TOOL_TYPE),
+        [(attr.GEN_AI_CONVERSATION_ID, masker.identifier(call.session_id))],
+        (
+            (attr.CODE, str(code)),
+            (attr.OK, result.ok),
+            (attr.FIXABLE, fixable),
+            (attr.REPLAYED, result.replayed),
+            (attr.CONFIRMED, call.confirmed),
+            (attr.RESUMED, call.approval is not None),
+            (attr.ATTEMPTS, call.attempts),
+            (attr.OUTCOME, str(result.outcome)),
+        ),
+    ]
     items: list[tuple[str, AttributeValue]] = [
-        (attr.GEN_AI_OPERATION_NAME, attr.OPERATION_EXECUTE_TOOL),
-        (attr.GEN_AI_TOOL_NAME, tool_name),
-        (attr.GEN_AI_TOOL_TYPE, "function"),
-        (attr.GEN_AI_CONVERSATION_ID, masker.identifier(call.session_id)),
-        (attr.CODE, str(code)),
-        (attr.OK, result.ok),
-        (attr.FIXABLE, fixable),
-        (attr.REPLAYED, result.replayed),
-        (attr.CONFIRMED, call.confirmed),
-        (attr.RESUMED, call.approval is not None),
-        (attr.ATTEMPTS, call.attempts),
-        (attr.OUTCOME, str(result.outcome)),
         (attr.STEP, call.step),
         (attr.TURN, call.turn),
         (attr.TURNS_MARKED, call.turns_marked),
@@ -237,6 +253,7 @@ def call_attributes(
         (attr.ROLE, call.principal.role),
         (attr.MESSAGE, masker.text(result.message)),
     ]
+    groups.append(items)
     stage = _code_stage(code)
     if stage is not None:
         items.append((attr.CODE_STAGE, stage))
@@ -261,13 +278,17 @@ def call_attributes(
     if previous is not None or not getattr(call.principal, "authenticated", True):
         items.append((attr.AUTHENTICATED, bool(getattr(call.principal, "authenticated", True))))
     if spec is not None:
-        items += [
-            (attr.EFFECT, str(spec.effect)),
-            (attr.RISK, str(spec.risk if call.risk is None else call.risk)),
-            (attr.TOOL_VERSION, spec.version),
-            (attr.SCHEMA_HASH, spec.schema_hash),
-            (attr.UNTRUSTED, spec.untrusted_output),
-        ]
+        groups.append(
+            (
+                (attr.EFFECT, str(spec.effect)),
+                (attr.RISK, str(spec.risk if call.risk is None else call.risk)),
+                (attr.TOOL_VERSION, spec.version),
+                (attr.SCHEMA_HASH, spec.schema_hash),
+                (attr.UNTRUSTED, spec.untrusted_output),
+            )
+        )
+        items = []
+        groups.append(items)
     approval_id = result.approval_id or (call.approval.id if call.approval is not None else None)
     if approval_id is not None:
         items.append((attr.APPROVAL_ID, approval_id))
@@ -318,10 +339,7 @@ def call_attributes(
         data: Any = call.result_data if call.result_data is not None else result.data
         if data is not None:
             items.append((attr.GEN_AI_TOOL_CALL_RESULT, masker.json(data)))
-    if check_text and encodable_attributes(items):
-        items.append((attr.TEXT_REPLACED, True))
-        tool_name = encodable(tool_name)
-    return tool_name, items
+    return tool_name, groups
 
 
 EXCERPT_LIMIT = 200

@@ -16,16 +16,19 @@ from typing import Any
 from guard.call import Call
 from guard.result import ToolResult
 from telemetry import attributes as attr
-from telemetry.encoder import encode_spans
+from telemetry.calltext import encode_call
+from telemetry.encoder import frame_spans
 from telemetry.masking import Masker
 from telemetry.records import AttributeValue, encodable
 from telemetry.spanfile import SpanFileWriter, TrailWriteError
-from telemetry.spans import encode_call
 from telemetry.worker import BatchWorker
 
 __all__ = ["SpanFileWriter", "TrailSink", "TrailWriteError"]
 
 log = logging.getLogger(__name__)
+
+LINE_BYTES = 48 * 1024
+"""A trail line holds calls until its text passes this many characters (one call can pass it)."""
 
 
 def _encodes(text: str) -> bool:
@@ -55,6 +58,11 @@ class TrailSink:
         self._resource = dict(resource)
         self._scope_version = scope_version
         self._capture_content = capture_content
+        self._frame = frame_spans(
+            resource=self._resource,
+            scope_name=attr.INSTRUMENTATION_SCOPE,
+            scope_version=scope_version,
+        )
         self.spans = 0
         """Spans written so far."""
         self.errors = 0
@@ -92,14 +100,14 @@ class TrailSink:
             return
         try:
             try:
-                data = self._line(spans).encode("utf-8")
+                lines = self._lines(spans)
             except UnicodeEncodeError:  # a call held text UTF-8 cannot carry: redo those calls
                 spans = [
                     text if _encodes(text) else (self._encode(*item, check_text=True) or "")
                     for text, item in zip(spans, built, strict=True)
                 ]
-                data = self._line([text for text in spans if text]).encode("utf-8")
-            self.writer.write_lines([data])
+                lines = self._lines([text for text in spans if text])
+            self.writer.write_lines(lines)
         except Exception:
             self.lost_spans += count
             log.exception("the trail lost %d spans", count)
@@ -128,13 +136,25 @@ class TrailSink:
             self.lost_spans += max(len(call.marks), 1)
             return None
 
-    def _line(self, spans: list[str]) -> str:
-        return encode_spans(
-            spans,
-            resource=self._resource,
-            scope_name=attr.INSTRUMENTATION_SCOPE,
-            scope_version=self._scope_version,
-        )
+    def _lines(self, spans: list[str]) -> list[bytes]:
+        """The calls' texts as UTF-8 lines (``encode_spans`` of each run of calls, from the sink's
+        frame made once) of about ``LINE_BYTES`` at most each: a line's text, its bytes and the
+        chain's copy stay small buffers the allocator reuses (two large ones alive at once cost
+        more than all the encoding, on some systems)."""
+        head, tail = self._frame
+        lines: list[bytes] = []
+        run = [head]  # head, span, ",", span, ... : one join per line
+        size = 0
+        for text in spans:
+            if size and size + len(text) > LINE_BYTES:
+                run[-1] = tail
+                lines.append("".join(run).encode("utf-8"))
+                run, size = [head], 0
+            run += (text, ",")
+            size += len(text) + 1
+        run[-1] = tail
+        lines.append("".join(run).encode("utf-8"))
+        return lines
 
     def force_flush(self, timeout: float | None = None) -> bool:
         """Wait until every queued call is on disk."""

@@ -163,9 +163,15 @@ class TestCompleteness:
 
 
 class TestOneEncoder:
-    def test_encode_call_is_encode_span_of_the_records(self) -> None:
+    @pytest.mark.parametrize("check_text", [True, False])
+    @pytest.mark.parametrize("parent", [None, ("ab" * 16, "cd" * 8)])
+    def test_encode_call_is_encode_span_of_the_records(
+        self, check_text: bool, parent: tuple[str, str] | None
+    ) -> None:
         """encode_call writes exactly what encode_span makes of build_call_spans' records, for every
-        shop path (retries included): the stage spans' cached text is the records' encoding."""
+        shop path (retries included), twice (the second time from its path's template), with the
+        text check on and off (the trail's first try), joined to a host's span or not: only ids
+        differ, and they are laid out as the records' are."""
         from guard.testing import ManualClock, RecordingObserver
         from telemetry import build_call_spans, encode_call
         from telemetry.encoder import encode_span
@@ -184,12 +190,21 @@ class TestOneEncoder:
         guard, backend = build_guard(recorder, clock)
         drive(guard, backend, clock)
         masker = Masker(key=KEY)
-        for call, result in [*recorder.ended, make_call(retries=2)]:
-            fast = encode_call(call, result, masker, capture_content=True)
-            records = build_call_spans(call, result, masker, capture_content=True)
+        for call, result in [*recorder.ended, make_call(retries=2)] * 2:
+            fast = encode_call(
+                call, result, masker, capture_content=True, parent=parent, check_text=check_text
+            )
+            records = build_call_spans(call, result, masker, capture_content=True, parent=parent)
             general = ",".join(encode_span(record) for record in records)
             assert without_ids(fast) == without_ids(general)
             assert len(fast) == len(general)  # ids are fixed-width: the text is the same size
+            head, *stages = json.loads("[" + fast + "]")
+            assert head.get("parentSpanId") == (parent[1] if parent else None)
+            traces = {span["traceId"] for span in [head, *stages]}
+            assert len(traces) == 1 and (parent is None or traces == {parent[0]})
+            assert [span["parentSpanId"] for span in stages] == [head["spanId"]] * len(stages)
+            ids = [span["spanId"] for span in [head, *stages]]
+            assert len(set(ids)) == len(ids) and len({i[:14] for i in ids}) == 1
 
     def test_every_shop_path_encodes_as_protobuf_would(self) -> None:
         """For every shop path, twice (the second time from the shared stage-span text), the line
@@ -232,7 +247,9 @@ class TestCompletenessWithTheGuard:
             max_invalid_in_a_row=10**9,
         )
         shop = build_shop(policy=policy, observer=handle.observer)
-        session = shop.guard.session("s", Principal(id="CUS-1", role="bench", scopes=frozenset({"orders:read"})))
+        session = shop.guard.session(
+            "s", Principal(id="CUS-1", role="bench", scopes=frozenset({"orders:read"}))
+        )
         calls = ('{"order_id": "ORD-1001"}', '{"order_id": 1001}', '{"order_id": "ORD-1003"}', "{")
         for index in range(100_000):
             session.execute("get_order", calls[index % 4], call_id=f"c{index}")

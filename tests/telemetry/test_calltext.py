@@ -1,0 +1,102 @@
+"""A call's text from templates (telemetry.calltext): the records' encoding, whatever varies."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from guard.codes import Code
+from telemetry import Masker, SpanFileWriter, TrailSink, build_call_spans, calltext, encode_call
+from telemetry.chain import chain_key, verify
+from telemetry.encoder import encode_span
+from telemetry.trail import LINE_BYTES
+
+from .conftest import KEY, make_call
+
+
+def _general(call: object, result: object, masker: Masker, parent: object = None) -> str:
+    records = build_call_spans(call, result, masker, parent=parent)  # type: ignore[arg-type]
+    return ",".join(encode_span(record) for record in records)
+
+
+def _same_but_ids(fast: str, general: str) -> None:
+    def without_ids(text: str) -> list[dict[str, object]]:
+        spans = json.loads("[" + text + "]")
+        for span in spans:
+            for key in ("traceId", "spanId", "parentSpanId"):
+                span.pop(key, None)
+        return spans
+
+    assert without_ids(fast) == without_ids(general)
+    assert len(fast) == len(general)
+
+
+_PIECES = ["%", "%s", "{", "}", '"', "\\", "é", "\u2028", "a", "4111 1111 1111 1111", " "]
+_TEXT = st.lists(st.sampled_from(_PIECES), max_size=12).map("".join)
+"""Text with format and JSON characters, and a card number that masking replaces."""
+
+
+class TestCallTemplate:
+    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(call_id=_TEXT, order=_TEXT, step=st.integers(0, 10**6), turn=st.integers(0, 10**6))
+    def test_varying_values_fill_the_template_as_the_records_write_them(
+        self, call_id: str, order: str, step: int, turn: int
+    ) -> None:
+        """A plain call's span from its template equals the records' encoding for any call id,
+        arguments (format and JSON characters, card numbers that masking replaces), step and
+        turn, the template made by another call with the same key."""
+        masker = Masker(key=KEY)
+        first = make_call(spec=None, tool="pay")  # not plain: no template
+        encode_call(*first, masker, check_text=False)
+        for _ in range(2):  # the second from the cached template
+            call, result = make_call(arguments={"order_id": order}, call_id=call_id)
+            call.step, call.turn = step, turn
+            fast = encode_call(call, result, masker, check_text=False)
+            _same_but_ids(fast, _general(call, result, masker))
+        assert any(key[0] is masker for key in calltext._calls)  # the template path ran
+
+    def test_each_masker_has_its_own_templates(self) -> None:
+        """The same call through two maskers (two keys) shows each key's pseudonyms: a template
+        holds masked values, so it is never shared between maskers."""
+        one, two = Masker(key=b"key-one"), Masker(key=b"key-two")
+        call, result = make_call()
+        texts = []
+        for masker in (one, two, one):
+            fast = encode_call(call, result, masker, check_text=False)
+            _same_but_ids(fast, _general(call, result, masker))
+            texts.append(fast)
+        assert one.principal("CUS-1") in texts[0] and one.principal("CUS-1") not in texts[1]
+
+    def test_refusals_and_parents_take_their_own_templates(self) -> None:
+        """A refusal after a success of the same tool and session, and a call under a host's
+        span, are not written from the success's template."""
+        masker = Masker(key=KEY)
+        parent = ("ab" * 16, "cd" * 8)
+        for code, link in [(Code.OK, None), (Code.RATE_LIMITED, None), (Code.OK, parent)]:
+            call, result = make_call(code=code)
+            fast = encode_call(call, result, masker, parent=link, check_text=False)
+            _same_but_ids(fast, _general(call, result, masker, link))
+            if link is not None:
+                assert json.loads("[" + fast + "]")[0]["parentSpanId"] == link[1]
+
+
+class TestTrailLines:
+    def test_a_batch_is_split_into_bounded_chained_lines(self, tmp_path: Path) -> None:
+        """A batch of calls larger than a line holds is written as several lines of about
+        LINE_BYTES each, every call once, and the chain verifies with the key."""
+        writer = SpanFileWriter(tmp_path, chain_key=chain_key(KEY))
+        sink = TrailSink(writer, Masker(key=KEY), resource={"service.name": "test"}, batch_size=512)
+        calls = 400
+        for _ in range(calls):
+            sink.submit(*make_call())
+        assert sink.shutdown(30)
+        lines = [line for path in writer.files for line in path.read_bytes().splitlines()]
+        assert len(lines) > 1
+        one_call = len(encode_call(*make_call(), Masker(key=KEY)))
+        assert all(len(line) < LINE_BYTES + one_call + 1024 for line in lines)
+        assert sum(line.count(b'"name":"execute_tool ') for line in lines) == calls
+        report = verify([tmp_path], key=chain_key(KEY))
+        assert report.ok and report.lines == len(lines)
