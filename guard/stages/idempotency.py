@@ -126,11 +126,7 @@ class IdempotencyStage:
                 )
             return replayed(call, claim.result or "{}", codes=env.registry.codes)
         if claim.state is ClaimState.IN_FLIGHT:
-            return reject(
-                call,
-                Code.IN_PROGRESS,
-                "An identical call is still running. Do not send it again; wait for its result.",
-            )
+            return _in_progress(call)
         if claim.state is ClaimState.STALE:
             held = lock if claim.holder is not None else None
             if spec.reconcile is not None:
@@ -174,11 +170,7 @@ class IdempotencyStage:
             return None
         if claim.state is ClaimState.COMPLETED:
             return replayed(call, claim.result or "{}", codes=self.env.registry.codes)
-        return reject(
-            call,
-            Code.IN_PROGRESS,
-            "An identical call is still running. Do not send it again; wait for its result.",
-        )
+        return _in_progress(call)
 
     def _status(self, call: Call, sent_under: str | None = None) -> Outcome:
         """The tool's status check; a check that fails leaves the outcome unknown (logged)."""
@@ -237,6 +229,17 @@ class IdempotencyStage:
         except Exception:  # the stale claim stays: the next repeat is told the same
             log.exception("recording the unknown outcome of %s failed", call.idempotency_key)
         return result
+
+
+def _in_progress(call: Call) -> ToolResult:
+    """The answer while another attempt holds the key: that attempt may still apply the write,
+    so nothing about it is settled yet and the outcome is unknown, never not applied."""
+    return reject(
+        call,
+        Code.IN_PROGRESS,
+        "An identical call is still running. Do not send it again; wait for its result.",
+        outcome=Outcome.UNKNOWN,
+    )
 
 
 def _unknown(text: str | None) -> bool:
