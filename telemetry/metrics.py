@@ -15,6 +15,7 @@ from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
 from guard.call import Call
 from guard.result import ToolResult
+from telemetry.records import CallIds
 from telemetry.worker import BatchWorker
 
 __all__ = [
@@ -77,7 +78,9 @@ class MetricsSink:
         count = self._dropped_source() if self._dropped_source is not None else 0
         return [Observation(count)]
 
-    def submit(self, call: Call, result: ToolResult, parent: Any = None) -> None:
+    def submit(
+        self, call: Call, result: ToolResult, parent: Any = None, ids: CallIds | None = None
+    ) -> None:
         """Queue a finished call for recording."""
         self._worker.put((call, result))
 
@@ -85,10 +88,13 @@ class MetricsSink:
         for call, result in batch:
             tool = call.spec.name if call.spec is not None else _UNKNOWN
             code = str(result.code)
-            self._calls.add(1, {"gen_ai.tool.name": tool, "guard.code": code, "guard.ok": result.ok})
+            self._calls.add(
+                1, {"gen_ai.tool.name": tool, "guard.code": code, "guard.ok": result.ok}
+            )
             if call.end_ns:
                 self._call_duration.record(
-                    (call.end_ns - call.start_ns) / 1e9, {"gen_ai.tool.name": tool, "guard.code": code}
+                    (call.end_ns - call.start_ns) / 1e9,
+                    {"gen_ai.tool.name": tool, "guard.code": code},
                 )
             for stage in call.stages:
                 self._stage_duration.record(

@@ -27,6 +27,7 @@ __all__ = [
     "STATUS_ERROR",
     "STATUS_UNSET",
     "AttributeValue",
+    "CallIds",
     "EventRecord",
     "KeyValueList",
     "LinkRecord",
@@ -163,7 +164,12 @@ def encodable_attributes(
 _BYTE_HEX = [format(index, "02x") for index in range(256)]
 
 
-def new_ids(stages: int) -> tuple[str, list[str]]:
+CallIds: TypeAlias = tuple[str, list[str]]
+"""A call's trace id and its span ids (the call span's, then one per stage), in hex: drawn once
+per call (``new_ids``), so every copy of the call (the trail, OTLP) names it the same."""
+
+
+def new_ids(stages: int) -> CallIds:
     """A random trace id, and span ids that share a random 56-bit prefix and differ in the last byte.
 
     Ids need only be unique within their trace; one ``urandom`` per call keeps this cheap.

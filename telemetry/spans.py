@@ -22,6 +22,7 @@ from telemetry.records import (
     STATUS_ERROR,
     STATUS_UNSET,
     AttributeValue,
+    CallIds,
     EventRecord,
     Shape,
     SpanRecord,
@@ -67,11 +68,13 @@ def _layout(
     capture_content: bool,
     parent: tuple[str, str] | None,
     check_text: bool,
+    ids: CallIds | None,
 ) -> tuple[SpanRecord, list[_Stage]]:
     """The call span's record and its stage spans: the one place a call's spans are laid out."""
     chain, marks = call.chain, call.marks
     ran = max(len(marks) - 1, 0)  # stage i ran from marks[i] to marks[i + 1]
-    trace_id, span_ids = new_ids(ran)
+    # Ids drawn for another number of stages cannot name these spans: fresh ones keep the call.
+    trace_id, span_ids = ids if ids is not None and len(ids[1]) == ran + 1 else new_ids(ran)
     if parent is not None:
         trace_id, parent_id = parent
     else:
@@ -131,15 +134,18 @@ def build_call_spans(
     capture_content: bool = False,
     parent: tuple[str, str] | None = None,
     check_text: bool = True,
+    ids: CallIds | None = None,
 ) -> list[SpanRecord]:
     """The call span first, then one span per stage, in the order the stages ran.
 
     ``parent`` is ``(trace_id, span_id)`` in hex of the host's span that was current when the call
     ended, so the call joins the agent's trace; otherwise the call span starts a trace of its own.
     ``check_text`` makes every string encodable (``guard.text_replaced`` says when it had to); the
-    trail skips it and calls again with it only for a call whose text does not encode.
+    trail skips it and calls again with it only for a call whose text does not encode. ``ids``
+    (``telemetry.records.new_ids``, drawn once for the call) names the spans; without them they
+    are drawn here (the trace id is the parent's whenever there is one).
     """
-    head, stages = _layout(call, result, masker, capture_content, parent, check_text)
+    head, stages = _layout(call, result, masker, capture_content, parent, check_text, ids)
     records = [head]
     for span_id, (name, attributes, status_code, status_message), start, end, events in stages:
         records.append(
@@ -167,6 +173,7 @@ def encode_call(
     capture_content: bool = False,
     parent: tuple[str, str] | None = None,
     check_text: bool = True,
+    ids: CallIds | None = None,
 ) -> str:
     """The spans of one finished call as OTLP JSON span objects, comma-separated.
 
@@ -174,7 +181,7 @@ def encode_call(
     equal), from the same layout; stage spans come from their shape's cached text
     (``encode_shaped``) rather than a record each. ``encode_spans`` wraps calls into a line.
     """
-    head, stages = _layout(call, result, masker, capture_content, parent, check_text)
+    head, stages = _layout(call, result, masker, capture_content, parent, check_text, ids)
     trace_id, call_span_id = head.trace_id, head.span_id
     parts = [encode_span(head)]
     for span_id, shape, start, end, events in stages:

@@ -18,7 +18,7 @@ from guard.result import ToolResult
 from telemetry import attributes as attr
 from telemetry.encoder import encode_spans
 from telemetry.masking import Masker
-from telemetry.records import AttributeValue, encodable
+from telemetry.records import AttributeValue, CallIds, encodable
 from telemetry.spanfile import SpanFileWriter, TrailWriteError
 from telemetry.spans import encode_call
 from telemetry.worker import BatchWorker
@@ -61,7 +61,7 @@ class TrailSink:
         """Calls whose spans could not be built (a bug; logged): their spans are in ``lost_spans``."""
         self.lost_spans = 0
         """Spans that never reached the file: calls that could not be built, writes that failed."""
-        self._worker: BatchWorker[tuple[Call, ToolResult, Any]] = BatchWorker(
+        self._worker: BatchWorker[tuple[Call, ToolResult, Any, CallIds | None]] = BatchWorker(
             self._write,
             name="callgate-trail",
             capacity=capacity,
@@ -74,13 +74,15 @@ class TrailSink:
         """Always 0 while open: the trail waits rather than drops."""
         return self._worker.dropped
 
-    def submit(self, call: Call, result: ToolResult, parent: Any = None) -> None:
+    def submit(
+        self, call: Call, result: ToolResult, parent: Any = None, ids: CallIds | None = None
+    ) -> None:
         """Queue a finished call (calling thread: one deque append)."""
-        self._worker.put((call, result, parent))
+        self._worker.put((call, result, parent, ids))
 
-    def _write(self, batch: list[tuple[Call, ToolResult, Any]]) -> None:
+    def _write(self, batch: list[tuple[Call, ToolResult, Any, CallIds | None]]) -> None:
         spans: list[str] = []
-        built: list[tuple[Call, ToolResult, Any]] = []
+        built: list[tuple[Call, ToolResult, Any, CallIds | None]] = []
         count = 0
         for item in batch:
             text = self._encode(*item, check_text=False)
@@ -107,7 +109,13 @@ class TrailSink:
         self.spans += count
 
     def _encode(
-        self, call: Call, result: ToolResult, parent: Any, *, check_text: bool
+        self,
+        call: Call,
+        result: ToolResult,
+        parent: Any,
+        ids: CallIds | None,
+        *,
+        check_text: bool,
     ) -> str | None:
         """The call's spans as text, or None (counted) when they cannot be built."""
         try:
@@ -121,6 +129,7 @@ class TrailSink:
                 capture_content=self._capture_content,
                 parent=link,
                 check_text=check_text,
+                ids=ids,
             )
         except Exception:  # one bad record must not cost the batch
             log.exception("could not build the spans of call %r", encodable(str(call.call_id)))
