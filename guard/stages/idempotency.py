@@ -121,7 +121,7 @@ class IdempotencyStage:
             return None
         if claim.state is ClaimState.COMPLETED:
             if spec.reconcile is not None and _unknown(claim.result):
-                return self._settle(call, _sent_under(call, claim.result)) or replayed(
+                return self._settle(call, claim.result) or replayed(
                     call, claim.result or "{}", codes=env.registry.codes
                 )
             return replayed(call, claim.result or "{}", codes=env.registry.codes)
@@ -138,14 +138,21 @@ class IdempotencyStage:
             "This action was already recorded with different arguments. Do not retry it.",
         )
 
-    def _settle(self, call: Call, sent_under: str | None = None) -> ToolResult | None:
+    def _settle(self, call: Call, saved: str | None = None) -> ToolResult | None:
         """The earlier outcome was unknown: ask the tool's status check, and record what it says
         as the key's result. Settled not applied, the call is not run again here: another repeat
-        may be settling it at the same moment, and only a claim may run a write."""
+        may be settling it at the same moment, and only a claim may run a write. An approved
+        action's unknown (``saved`` names its approval) is asked, answered and recorded as the
+        approval's: the key the backend was sent, so a later replay names that key too."""
+        sent_under = _sent_under(call, saved)
         outcome = self._status(call, sent_under)
         if outcome is Outcome.UNKNOWN:
             return None
-        return self._record(call, settled(call, outcome))
+        result = settled(call, outcome)
+        if sent_under is not None:
+            approval_id = json.loads(saved or "{}").get("approval_id")
+            result = replace(result, idempotency_key=sent_under, approval_id=approval_id)
+        return self._record(call, result)
 
     def _settle_stale(self, call: Call, lock: str | None) -> ToolResult | None:
         """An earlier attempt claimed the key and died. If the status check says it took effect,
