@@ -29,7 +29,7 @@ from guard.result import ToolResult
 from telemetry import attributes as attr
 from telemetry.masking import Masker
 from telemetry.records import STATUS_ERROR, CallIds, SpanRecord, new_ids
-from telemetry.spans import build_call_spans
+from telemetry.spans import build_call_spans, span_count
 from telemetry.worker import BatchWorker
 
 __all__ = ["CallSink", "IdSource", "OTelObserver", "TracerSink", "tracer_for"]
@@ -116,7 +116,7 @@ class OTelObserver(BaseObserver):
                     if context.is_valid:
                         parent = context
             if self._share_ids:
-                ids = new_ids(max(len(call.marks) - 1, 0))  # the marks are final: the call ended
+                ids = new_ids(span_count(call) - 1)  # the marks are final: the call ended
                 for sink in self.sinks:
                     sink.submit(call, result, parent, ids=ids)
             else:
@@ -185,7 +185,7 @@ class TracerSink:
     ) -> None:
         """Queue a finished call, or count its spans as dropped when the queue is full."""
         if not self._worker.put((call, result, parent, ids)):
-            self._dropped_calls += max(len(call.marks), 1)
+            self._dropped_calls += span_count(call)
 
     def _replay(self, batch: list[tuple[Call, ToolResult, Any, CallIds | None]]) -> None:
         for call, result, parent, ids in batch:
@@ -246,7 +246,7 @@ class TracerSink:
         """
         abandoned = self._worker.close(timeout)
         for call, *_ in abandoned:
-            self._dropped_calls += max(len(call.marks), 1)
+            self._dropped_calls += span_count(call)
         return not abandoned
 
 

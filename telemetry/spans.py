@@ -32,6 +32,7 @@ from telemetry.records import (
     new_ids,
     stage_shape,
 )
+from telemetry.settlement import STATUS_CHECK, settlement_record
 
 __all__ = [
     "AttributeValue",
@@ -40,6 +41,7 @@ __all__ = [
     "build_call_spans",
     "call_attributes",
     "encode_call",
+    "span_count",
 ]
 
 
@@ -69,12 +71,14 @@ def _layout(
     parent: tuple[str, str] | None,
     check_text: bool,
     ids: CallIds | None,
-) -> tuple[SpanRecord, list[_Stage]]:
-    """The call span's record and its stage spans: the one place a call's spans are laid out."""
+) -> tuple[SpanRecord, list[_Stage], str | None]:
+    """The call span's record, its stage spans and the settlement span's id (None without one):
+    the one place a call's spans are laid out."""
     chain, marks = call.chain, call.marks
     ran = max(len(marks) - 1, 0)  # stage i ran from marks[i] to marks[i + 1]
-    # Ids drawn for another number of stages cannot name these spans: fresh ones keep the call.
-    trace_id, span_ids = ids if ids is not None and len(ids[1]) == ran + 1 else new_ids(ran)
+    count = span_count(call)
+    # Ids drawn for another number of spans cannot name these: fresh ones keep the call.
+    trace_id, span_ids = ids if ids is not None and len(ids[1]) == count else new_ids(count - 1)
     if parent is not None:
         trace_id, parent_id = parent
     else:
@@ -123,7 +127,38 @@ def _layout(
             (span_ids[index + 1], shapes.get(key) or stage_shape(*key), marks[index],
              marks[index + 1], events)
         )  # fmt: skip
-    return head, stages
+    settlement_id = span_ids[ran + 1] if call.settled is not None else None
+    return head, stages, settlement_id
+
+
+def span_count(call: Call) -> int:
+    """How many spans a finished call makes: its call span, a span per stage that ran, and the
+    ``guard.outcome.settled`` span when its status check settled an earlier unknown outcome."""
+    return max(len(call.marks), 1) + (call.settled is not None)
+
+
+def _settlement(call: Call, result: ToolResult, masker: Masker, head: SpanRecord,
+                span_id: str) -> SpanRecord:  # fmt: skip
+    """The settlement span of a call whose status check settled an unknown outcome: over the
+    idempotency stage, where the check ran."""
+    assert call.settled is not None
+    marks, chain = call.marks, call.chain
+    index = chain.index("idempotency") if "idempotency" in chain else -1
+    start, end = (
+        (marks[index], marks[index + 1]) if 0 <= index < len(marks) - 1
+        else (head.start_ns, head.end_ns)
+    )  # fmt: skip
+    return settlement_record(
+        masker,
+        outcome=str(call.settled),
+        key=result.idempotency_key or call.idempotency_key or "",
+        tool=call.spec.name if call.spec is not None else call.tool,
+        by=STATUS_CHECK,
+        approval_id=result.approval_id,
+        start_ns=start,
+        end_ns=end,
+        ids=(head.trace_id, span_id, head.span_id),
+    )
 
 
 def build_call_spans(
@@ -145,7 +180,9 @@ def build_call_spans(
     (``telemetry.records.new_ids``, drawn once for the call) names the spans; without them they
     are drawn here (the trace id is the parent's whenever there is one).
     """
-    head, stages = _layout(call, result, masker, capture_content, parent, check_text, ids)
+    head, stages, settlement_id = _layout(
+        call, result, masker, capture_content, parent, check_text, ids
+    )
     records = [head]
     for span_id, (name, attributes, status_code, status_message), start, end, events in stages:
         records.append(
@@ -162,6 +199,8 @@ def build_call_spans(
                 events=events or (),
             )
         )
+    if settlement_id is not None:
+        records.append(_settlement(call, result, masker, head, settlement_id))
     return records
 
 
@@ -181,7 +220,9 @@ def encode_call(
     equal), from the same layout; stage spans come from their shape's cached text
     (``encode_shaped``) rather than a record each. ``encode_spans`` wraps calls into a line.
     """
-    head, stages = _layout(call, result, masker, capture_content, parent, check_text, ids)
+    head, stages, settlement_id = _layout(
+        call, result, masker, capture_content, parent, check_text, ids
+    )
     trace_id, call_span_id = head.trace_id, head.span_id
     parts = [encode_span(head)]
     for span_id, shape, start, end, events in stages:
@@ -195,6 +236,8 @@ def encode_call(
             parts.append(encode_span(record))
         else:
             parts.append(encode_shaped(trace_id, span_id, call_span_id, shape, start, end))
+    if settlement_id is not None:
+        parts.append(encode_span(_settlement(call, result, masker, head, settlement_id)))
     return ",".join(parts)
 
 

@@ -20,7 +20,7 @@ from telemetry.encoder import encode_spans
 from telemetry.masking import Masker
 from telemetry.records import AttributeValue, CallIds, encodable
 from telemetry.spanfile import SpanFileWriter, TrailWriteError
-from telemetry.spans import encode_call
+from telemetry.spans import encode_call, span_count
 from telemetry.worker import BatchWorker
 
 __all__ = ["SpanFileWriter", "TrailSink", "TrailWriteError"]
@@ -89,7 +89,7 @@ class TrailSink:
             if text is not None:
                 spans.append(text)
                 built.append(item)
-                count += max(len(item[0].marks), 1)
+                count += span_count(item[0])
         if not spans:
             return
         try:
@@ -134,7 +134,7 @@ class TrailSink:
         except Exception:  # one bad record must not cost the batch
             log.exception("could not build the spans of call %r", encodable(str(call.call_id)))
             self.errors += 1
-            self.lost_spans += max(len(call.marks), 1)
+            self.lost_spans += span_count(call)
             return None
 
     def _line(self, spans: list[str]) -> str:

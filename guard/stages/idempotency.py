@@ -148,6 +148,7 @@ class IdempotencyStage:
         outcome = self._status(call, sent_under)
         if outcome is Outcome.UNKNOWN:
             return None
+        call.settled = outcome
         result = settled(call, outcome)
         if sent_under is not None:
             approval_id = json.loads(saved or "{}").get("approval_id")
@@ -160,10 +161,11 @@ class IdempotencyStage:
         repeat wins) and the call runs; if it cannot tell, the outcome stays unknown."""
         assert call.idempotency_key is not None and call.fingerprint is not None
         outcome = self._status(call)
-        if outcome is Outcome.APPLIED:
-            return self._record(call, settled(call, outcome))
         if outcome is Outcome.UNKNOWN:
             return self._abandoned(call, lock)
+        call.settled = outcome
+        if outcome is Outcome.APPLIED:
+            return self._record(call, settled(call, outcome))
         claim = self.env.idempotency.claim(
             call.idempotency_key,
             call.fingerprint,
