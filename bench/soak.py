@@ -173,6 +173,7 @@ class Run:
             phases = (PHASE_COMMITTED,) if fault.target == "committed" else (PHASE_UNCOMMITTED,)
             window["phase"] = soak_check.wait_mid_call(self.home, fault.agent, 3.0, phases)
             window["pids"].append(proc.kill())
+            soak_check.clear_phase(self.home, fault.agent)
             proc.start()
         elif fault.kind == "approval_kill":
             self._approve_while_dead(fault.agent, window)
@@ -231,7 +232,11 @@ class Run:
         for _ in range(5):  # the kill must land inside the pending moment, not after it
             seen = soak_check.wait_mid_call(home, agent, 10.0, (PHASE_PENDING,))
             window["pids"].append(proc.kill())
-            if seen == PHASE_PENDING and soak_check.phase_of(home, agent) == PHASE_PENDING:
+            caught = seen == PHASE_PENDING and soak_check.phase_of(home, agent) == PHASE_PENDING
+            # The dead incarnation's phase must not pass for the next one's, which zeroes the
+            # file only once it has started (seconds on a loaded machine).
+            soak_check.clear_phase(home, agent)
+            if caught:
                 break
             proc.start()
         else:

@@ -98,6 +98,16 @@ def phase_of(home: Path, agent: int) -> int:
     return (home / "agents" / str(agent) / "phase").read_bytes()[0]
 
 
+def clear_phase(home: Path, agent: int) -> None:
+    """After a kill: idle, so a wait for a phase never takes the dead incarnation's last one
+    for the next incarnation's (zeroed in place: the file is mapped)."""
+    fd = os.open(home / "agents" / str(agent) / "phase", os.O_WRONLY)
+    try:
+        os.pwrite(fd, bytes(1), 0)
+    finally:
+        os.close(fd)
+
+
 # -- reading the records --------------------------------------------------------------------------
 
 
@@ -397,6 +407,7 @@ def check(
     over = {r: m for r, m in peak.items() if m > rss_bound_mib.get(r, 0)}
     slow = [lag for lag in run.lags if lag["lag_s"] is None or lag["lag_s"] > lag_bound_s]
     agents_ok = all(v == 0 for k, v in statuses.items() if k.startswith("agent"))
+    agents_ok = agents_ok and statuses.get("sidecar", 0) == 0  # a sidecar that died is no stop
     table = [
         *effect_rows,
         *span_rows,
