@@ -85,6 +85,11 @@ class Proc:
     """The pids the harness killed with SIGKILL."""
 
     def start(self) -> None:
+        """Start the process, unless it runs: faults whose windows overlap (the harness late on
+        a loaded machine) end with two starts, and a second process would fail to bind while
+        the first, no longer tracked, outlived the run (the 10-minute run found one)."""
+        if self.popen is not None and self.popen.poll() is None:
+            return
         env = dict(os.environ, PYTHONPATH=str(ROOT), **self.env)
         with self.log.open("ab") as out:
             self.popen = subprocess.Popen(
