@@ -87,7 +87,8 @@ def schedule(seed: int, seconds: float, agents: int, store: str) -> list[Fault]:
             elif kind == "agent_kill":
                 target = "committed" if n % 2 == 0 else "uncommitted"
                 faults.append(Fault(at=at, kind=kind, agent=rng.randrange(agents), target=target))
-            elif kind == "approval_kill":
+            elif kind == "approval_kill":  # early in its round: the agent must still be proposing
+                at = round(start + (at - start) / 2, 1)
                 faults.append(Fault(at=at, kind=kind, agent=rng.randrange(agents)))
             elif kind == "disk_full":
                 target = "trail" if n % 2 == 0 else "sidecar"
@@ -229,17 +230,18 @@ class Run:
         would (``callgate approvals approve`` on the store) while no incarnation runs, then
         restart it: the new process must run the approved call once (reported ``resumed``)."""
         proc, home = self.agents[agent], self.home
-        for _ in range(5):  # the kill must land inside the pending moment, not after it
-            seen = soak_check.wait_mid_call(home, agent, 10.0, (PHASE_PENDING,))
+        hold = home / "agents" / str(agent) / "hold"
+        hold.touch()  # the agent waits at its next pending approval until killed
+        try:
+            seen = soak_check.wait_mid_call(home, agent, 30.0, (PHASE_PENDING,))
             window["pids"].append(proc.kill())
             caught = seen == PHASE_PENDING and soak_check.phase_of(home, agent) == PHASE_PENDING
             # The dead incarnation's phase must not pass for the next one's, which zeroes the
             # file only once it has started (seconds on a loaded machine).
             soak_check.clear_phase(home, agent)
-            if caught:
-                break
-            proc.start()
-        else:
+        finally:
+            hold.unlink()
+        if not caught:
             window["skipped"] = "the agent was never caught with an approval pending"
             proc.start()
             return

@@ -184,13 +184,16 @@ class Agent:
             time.sleep(0.1)
 
     def _hold(self, approval_id: str) -> None:
-        """The human reads the question: for a moment the approval is pending and undecided,
-        its id on disk, so the harness can kill this process here and decide it meanwhile."""
+        """The human reads the question: the approval is pending and undecided, its id on disk.
+        While the harness asks for it (``<agent>/hold``, an ``approval_kill`` coming) the agent
+        stays here until killed, so the kill lands in this moment however loaded the machine."""
         pending = self.dir / "pending.tmp"
         pending.write_text(approval_id)
         pending.replace(self.dir / "pending")
         self.phase.set(PHASE_PENDING, self.next)
-        time.sleep(0.05)
+        hold, deadline = self.dir / "hold", time.monotonic() + 60.0
+        while hold.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
 
     def _run_decided(self) -> None:
         """An approval the harness decided while this agent's previous incarnation was dead
