@@ -150,7 +150,8 @@ _STAGES = f"""(
     FROM (
         SELECT trace_id, span_id, parent_span_id, service, start_time, duration_ms, duration_ns,
                stage, stage_outcome, code
-        FROM {_SPANS} WHERE startsWith(name, '{A.STAGE_SPAN_PREFIX}')
+        FROM {_SPANS}
+        WHERE startsWith(name, '{A.STAGE_SPAN_PREFIX}') AND name != '{A.SETTLED_SPAN}'
     ) AS s
     LEFT JOIN (SELECT trace_id, span_id, tool, session, principal, call_id FROM {_CALLS}) AS c
         ON c.trace_id = s.trace_id AND c.span_id = s.parent_span_id

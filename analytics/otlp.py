@@ -148,6 +148,7 @@ SELECT
     nullif(s.parentSpanId, '') AS parent_span_id,
     s.name,
     CASE WHEN is_call THEN 'call'
+         WHEN s.name = '{A.SETTLED_SPAN}' THEN 'settlement'
          WHEN starts_with(s.name, '{A.STAGE_SPAN_PREFIX}') THEN 'stage'
          ELSE 'other' END AS category,
     s.kind,

@@ -144,7 +144,7 @@ _SPAN_HEAD = """
     span_id VARCHAR NOT NULL,
     parent_span_id VARCHAR,
     name VARCHAR NOT NULL,
-    category VARCHAR NOT NULL,      -- 'call' (execute_tool ...), 'stage' (guard.*) or 'other'
+    category VARCHAR NOT NULL,      -- call, stage, settlement (guard.outcome.settled), other
     kind INTEGER,                   -- OTLP SpanKind number
     start_time TIMESTAMP NOT NULL,  -- UTC, microseconds
     end_time TIMESTAMP NOT NULL,

@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import soak_check
 import soak_procs as procs
-from soak_domain import MASKING_KEY, PHASE_COMMITTED, PHASE_UNCOMMITTED
+from soak_domain import MASKING_KEY, PHASE_COMMITTED, PHASE_PENDING, PHASE_UNCOMMITTED
 
 RSS_BOUND_MIB = {"agent": 300, "sidecar": 300, "sidecar-worker": 300, "loader": 600, "redis": 200}
 """Peak resident memory each long-lived process must stay under, MiB."""
@@ -60,6 +60,7 @@ class Fault:
     def describe(self) -> str:
         extra = {
             "agent_kill": f"agent {self.agent}, effect {self.target}",
+            "approval_kill": f"agent {self.agent}, approval pending",
             "clock": f"agent {self.agent} clock {self.delta:+.0f} s",
             "disk_full": f"{self.target} for {self.duration:.0f} s",
             "collector_down": f"for {self.duration:.0f} s",
@@ -72,7 +73,7 @@ def schedule(seed: int, seconds: float, agents: int, store: str) -> list[Fault]:
     rng = random.Random(seed)
     rounds = max(1, int(seconds // 60))
     kinds = ["agent_kill", "agent_kill", "sidecar_worker_kill", "loader_kill", "collector_down",
-             "disk_full", "disk_full", "clock", "clock", "clock"]  # fmt: skip
+             "disk_full", "disk_full", "clock", "clock", "clock", "approval_kill"]  # fmt: skip
     if store == "redis":
         kinds.append("redis_restart")
     faults: list[Fault] = []
@@ -86,6 +87,9 @@ def schedule(seed: int, seconds: float, agents: int, store: str) -> list[Fault]:
             elif kind == "agent_kill":
                 target = "committed" if n % 2 == 0 else "uncommitted"
                 faults.append(Fault(at=at, kind=kind, agent=rng.randrange(agents), target=target))
+            elif kind == "approval_kill":  # early in its round: the agent must still be proposing
+                at = round(start + (at - start) / 2, 1)
+                faults.append(Fault(at=at, kind=kind, agent=rng.randrange(agents)))
             elif kind == "disk_full":
                 target = "trail" if n % 2 == 0 else "sidecar"
                 faults.append(Fault(at=at, kind=kind, duration=4.0, target=target))
@@ -170,7 +174,10 @@ class Run:
             phases = (PHASE_COMMITTED,) if fault.target == "committed" else (PHASE_UNCOMMITTED,)
             window["phase"] = soak_check.wait_mid_call(self.home, fault.agent, 3.0, phases)
             window["pids"].append(proc.kill())
+            soak_check.clear_phase(self.home, fault.agent)
             proc.start()
+        elif fault.kind == "approval_kill":
+            self._approve_while_dead(fault.agent, window)
         elif fault.kind == "sidecar_worker_kill":
             assert self.sidecar is not None
             worker = procs.sidecar_worker(self.sidecar.pid)
@@ -217,6 +224,33 @@ class Run:
             close()
             return None
         return close
+
+    def _approve_while_dead(self, agent: int, window: dict[str, Any]) -> None:
+        """SIGKILL the agent while it holds a pending approval, approve that approval as a human
+        would (``callgate approvals approve`` on the store) while no incarnation runs, then
+        restart it: the new process must run the approved call once (reported ``resumed``)."""
+        proc, home = self.agents[agent], self.home
+        hold = home / "agents" / str(agent) / "hold"
+        hold.touch()  # the agent waits at its next pending approval until killed
+        try:
+            seen = soak_check.wait_mid_call(home, agent, 30.0, (PHASE_PENDING,))
+            window["pids"].append(proc.kill())
+            caught = seen == PHASE_PENDING and soak_check.phase_of(home, agent) == PHASE_PENDING
+            # The dead incarnation's phase must not pass for the next one's, which zeroes the
+            # file only once it has started (seconds on a loaded machine).
+            soak_check.clear_phase(home, agent)
+        finally:
+            hold.unlink()
+        if not caught:
+            window["skipped"] = "the agent was never caught with an approval pending"
+            proc.start()
+            return
+        approval_id = (home / "agents" / str(agent) / "pending").read_text().strip()
+        window["approval_id"] = approval_id
+        window["decided_rc"] = procs.approve(home, approval_id, self.args)
+        window["decided_at"] = round(self.now(), 2)
+        (home / "agents" / str(agent) / "decided").write_text(approval_id)
+        proc.start()
 
     def _writers(self, target: str) -> list[int]:
         if target == "trail":

@@ -33,6 +33,7 @@ from soak_domain import (
     MASKING_KEY,
     PHASE_GUARD,
     PHASE_IDLE,
+    PHASE_PENDING,
     POLICY,
     PRINCIPAL,
     TOOLS,
@@ -54,7 +55,8 @@ __all__ = ["MASKING_KEY", "main"]
 
 
 class AckingExporter(SpanExporter):
-    """OTLP/HTTP to the sidecar; the ids of every batch it acknowledged go to a fsynced file."""
+    """OTLP/HTTP to the sidecar; the ids of every batch it acknowledged go to a fsynced file, with
+    the pid of the process that sent them."""
 
     def __init__(self, endpoint: str, acked: Path) -> None:
         self._inner = OTLPSpanExporter(endpoint=endpoint, timeout=3)
@@ -64,8 +66,9 @@ class AckingExporter(SpanExporter):
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         result = self._inner.export(spans)
         if result is SpanExportResult.SUCCESS:
+            pid = os.getpid()  # the incarnation: its trail's copies are checked against these
             lines = "".join(
-                f"{s.context.trace_id:032x} {s.context.span_id:016x}\n"
+                f"{s.context.trace_id:032x} {s.context.span_id:016x} {pid}\n"
                 for s in spans
                 if s.context is not None
             )
@@ -180,8 +183,44 @@ class Agent:
                 return result
             time.sleep(0.1)
 
+    def _hold(self, approval_id: str) -> None:
+        """The human reads the question: the approval is pending and undecided, its id on disk.
+        While the harness asks for it (``<agent>/hold``, an ``approval_kill`` coming) the agent
+        stays here until killed, so the kill lands in this moment however loaded the machine."""
+        pending = self.dir / "pending.tmp"
+        pending.write_text(approval_id)
+        pending.replace(self.dir / "pending")
+        self.phase.set(PHASE_PENDING, self.next)
+        hold, deadline = self.dir / "hold", time.monotonic() + 60.0
+        while hold.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    def _run_decided(self) -> None:
+        """An approval the harness decided while this agent's previous incarnation was dead
+        (``approval_kill``): run it now, once, as a gateway runs at its start the approvals
+        decided while none ran. Its answer is reported with the calls (``resumed``: true)."""
+        decided = self.dir / "decided"
+        if not decided.exists():
+            return
+        approval_id = decided.read_text().strip()
+        self._tick()
+        record: dict[str, Any] = {"t": "big_pay", "s": "", "approval_id": approval_id,
+                                  "resumed": True, "pid": os.getpid()}  # fmt: skip
+        try:
+            result = self.guard.approve(approval_id, by="soak-operator")
+        except GuardError as error:
+            record.update(code=type(error).__name__, outcome="", key=None, ok=False)
+        else:
+            record.update(code=str(result.code), outcome=str(result.outcome),
+                          key=result.idempotency_key, ok=result.ok, replayed=result.replayed)  # fmt: skip
+        record["first_key"] = record["key"]
+        os.write(self._log, (json.dumps(record) + "\n").encode())
+        os.fsync(self._log)
+        decided.unlink()
+
     def _decide(self, planned: Planned, pending: ToolResult) -> ToolResult | str:
         assert pending.approval_id is not None
+        self._hold(pending.approval_id)
         self._tick()
         try:
             if planned.decision == "approve":
@@ -207,6 +246,7 @@ class Agent:
         os.fsync(self._log)
 
     def run(self) -> None:
+        self._run_decided()
         started = time.monotonic()
         while time.time() < self.until:
             planned = plan(self.seed, self.index, self.next)

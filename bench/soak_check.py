@@ -93,6 +93,21 @@ def wait_mid_call(home: Path, agent: int, timeout: float, phases: tuple[int, ...
     return phase
 
 
+def phase_of(home: Path, agent: int) -> int:
+    """The phase the agent last wrote (after a kill: where it died)."""
+    return (home / "agents" / str(agent) / "phase").read_bytes()[0]
+
+
+def clear_phase(home: Path, agent: int) -> None:
+    """After a kill: idle, so a wait for a phase never takes the dead incarnation's last one
+    for the next incarnation's (zeroed in place: the file is mapped)."""
+    fd = os.open(home / "agents" / str(agent) / "phase", os.O_WRONLY)
+    try:
+        os.pwrite(fd, bytes(1), 0)
+    finally:
+        os.close(fd)
+
+
 # -- reading the records --------------------------------------------------------------------------
 
 
@@ -227,11 +242,13 @@ def spans(home: Path, run: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
             trail_pids.update(pids)
             trail_torn += torn
     acked: Ids = set()
+    acked_by_pid: dict[int, Ids] = defaultdict(set)
     for path in (home / "agents").glob("*/acked.txt"):
         for line in path.read_text().splitlines():
-            trace, _, span = line.partition(" ")
-            if span:
-                acked.add((trace, span))
+            parts = line.split()
+            if len(parts) == 3:  # a torn last line of a killed agent is no acknowledgement
+                acked.add((parts[0], parts[1]))
+                acked_by_pid[int(parts[2])].add((parts[0], parts[1]))
     rows = _query(home, "SELECT trace_id, span_id FROM span_rows", timeout=30.0) or []
     db_ids = Counter((t, s) for t, s in rows)
     rows = _query(home, "SELECT trace_id, span_id FROM span_rows", 30.0, "trail.duckdb") or []
@@ -247,10 +264,18 @@ def spans(home: Path, run: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     trail_missing = set(trail_ids) - set(trail_db)
     all_missing = (side - db) | trail_missing
     counts = _incarnation_counts(home, trail_pids)
+    # One call, one set of ids: what the sidecar acknowledged from a process that exited cleanly
+    # is in that process's trail under the same ids, unless its trail counted the span lost.
+    not_in_trail = [
+        len(acked_by_pid[c["pid"]] - trail_pids.get(c["pid"], set())) - c["trail_lost_spans"]
+        for c in counts
+    ]
+    matched = sum(len(acked_by_pid[c["pid"]] & trail_pids.get(c["pid"], set())) for c in counts)
     stats = {
         "spans_acked": len(acked),
         "sidecar_spans_on_disk": len(side_ids),
         "sidecar_repeats_on_disk": len(side_ids) - len(side),
+        "acked_with_trail_ids": matched,
         "trail_spans_on_disk": len(trail_ids),
         "db_spans": len(db_ids),
         "trail_db_spans": len(trail_db),
@@ -263,6 +288,8 @@ def spans(home: Path, run: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         _row("acknowledged span on the sidecar's disk", not missing_side,
              f"{len(acked)} acked, {len(missing_side)} missing"),
         _row("acknowledged span in DuckDB", not missing_db, f"{len(missing_db)} missing"),
+        _row("acknowledged span has its trail copy's ids", all(n <= 0 for n in not_in_trail),
+             f"{matched} matched, {sum(n > 0 for n in not_in_trail)} processes off"),
         _row("span in DuckDB exactly once", db_twice == 0, f"{db_twice} stored twice"),
         _row("trail span on disk is in DuckDB", not trail_missing,
              f"{len(set(trail_ids))} in trail files, {len(trail_missing)} missing"),
@@ -290,12 +317,42 @@ def _incarnation_counts(home: Path, trail_pids: dict[int, Ids]) -> list[dict[str
     return counts
 
 
+def approvals_during_kills(home: Path, run: Any) -> list[dict[str, Any]]:
+    """An approval decided while the process that proposed it was dead (``approval_kill``) is
+    run once, by another process: one ledger row under its approval's key, from a pid the kill
+    did not end, and the restarted agent's answer says applied or unknown."""
+    from guard.stages.idempotency import approval_key
+
+    windows = [w for w in run.windows if w["kind"] == "approval_kill"]
+    rows = ledger_rows(home)
+    resumed: dict[str, dict[str, Any]] = {}
+    for report in read_reports(home):
+        if report.get("resumed"):
+            resumed.setdefault(report["approval_id"], report)
+    once, by_other, said = 0, 0, 0
+    for window in windows:
+        key = approval_key(window.get("approval_id", ""))
+        pids = [pid for k, _, pid in rows if k == key]
+        once += len(pids) == 1 and window.get("decided_rc") == 0
+        by_other += bool(pids) and not set(pids) & set(window["pids"])
+        # applied, or unknown (its timeout ran out with the write applied), never not_applied
+        answer = resumed.get(window.get("approval_id", ""), {}).get("outcome")
+        said += answer in ("applied", "unknown")
+    n = len(windows)
+    return [
+        _row("approval decided during a kill runs once, by another process",
+             n > 0 and once == by_other == said == n,
+             f"{n} decided while the proposer was dead: {once} ran once, {by_other} by another "
+             f"process, {said} answered applied or unknown"),
+    ]  # fmt: skip
+
+
 def verify(home: Path, run: Any) -> list[dict[str, Any]]:
     """``callgate verify`` on every writer's chain: whole where no fault hit, the break named where
     one did (a killed writer, a full disk under it)."""
     hit: set[int] = set()
     for window in run.windows:
-        if window["kind"] in ("agent_kill", "sidecar_worker_kill", "disk_full"):
+        if window["kind"] in ("agent_kill", "approval_kill", "sidecar_worker_kill", "disk_full"):
             hit.update(window["pids"])
     groups: dict[int, list[Path]] = defaultdict(list)
     for paths in span_files(home).values():
@@ -340,16 +397,21 @@ def check(
     rss_bound_mib: dict[str, int],
     lag_bound_s: float,
 ) -> dict[str, Any]:
-    killed = {pid for w in run.windows if w["kind"] == "agent_kill" for pid in w["pids"]}
+    killed = {
+        pid for w in run.windows if w["kind"] in ("agent_kill", "approval_kill")
+        for pid in w["pids"]
+    }  # fmt: skip
     effect_rows, effect_stats = effects(home, killed)
     span_rows, span_stats = spans(home, run)
     peak = {role: round(kib / 1024, 1) for role, kib in sorted(run.peak_kib.items())}
     over = {r: m for r, m in peak.items() if m > rss_bound_mib.get(r, 0)}
     slow = [lag for lag in run.lags if lag["lag_s"] is None or lag["lag_s"] > lag_bound_s]
     agents_ok = all(v == 0 for k, v in statuses.items() if k.startswith("agent"))
+    agents_ok = agents_ok and statuses.get("sidecar", 0) == 0  # a sidecar that died is no stop
     table = [
         *effect_rows,
         *span_rows,
+        *approvals_during_kills(home, run),
         *verify(home, run),
         _row(f"peak RSS within bounds {rss_bound_mib} MiB", not over, f"{peak}"),
         _row(f"loader lag back under {lag_bound_s:.0f} s after each fault", not slow,

@@ -50,7 +50,9 @@ CLAIM_LEASE = 3.0
 
 ACCOUNTS = tuple(f"ACC-{n}" for n in range(1, 9))
 
-PHASE_IDLE, PHASE_GUARD, PHASE_UNCOMMITTED, PHASE_COMMITTED = 0, 1, 2, 3
+PHASE_IDLE, PHASE_GUARD, PHASE_UNCOMMITTED, PHASE_COMMITTED, PHASE_PENDING = 0, 1, 2, 3, 4
+"""Where an agent is (``Phase``): idle, in the guard, inside a write before or after its commit,
+or holding a pending approval it has not decided yet (its id in ``<agent>/pending``)."""
 
 
 # -- the backend ----------------------------------------------------------------------------------
@@ -113,8 +115,11 @@ class Phase:
     """Where the agent is, in a 16-byte mapped file the harness reads: phase, then call index."""
 
     def __init__(self, path: Path) -> None:
-        path.write_bytes(bytes(16))
-        self._file = path.open("r+b")
+        # Zeroed in place, never truncated: the harness may be reading it through its own map
+        # while this incarnation starts, and a map over a truncated file faults (SIGBUS).
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        os.pwrite(fd, bytes(16), 0)
+        self._file = os.fdopen(fd, "r+b")
         self._map = mmap.mmap(self._file.fileno(), 16)
 
     def set(self, phase: int, index: int | None = None) -> None:

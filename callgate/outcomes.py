@@ -176,9 +176,22 @@ def list_command(store: str | None, as_json: bool, allow_writable: bool) -> None
     help="What the backend says: the write took effect, or it did not (one is required).",
 )
 @click.option("--by", default=None, help="Who settles it (default: $USER).")
+@click.option(
+    "--trail-dir",
+    envvar="CALLGATE_TRAIL_DIR",
+    default=None,
+    type=click.Path(file_okay=False),
+    help="Write the settlement's guard.outcome.settled span to this trail directory (env "
+    "CALLGATE_TRAIL_DIR; chained with CALLGATE_MASKING_KEY); none: no span.",
+)
 @_WRITABLE
 def settle_command(
-    store: str | None, key: str, applied: bool | None, by: str | None, allow_writable: bool
+    store: str | None,
+    key: str,
+    applied: bool | None,
+    by: str | None,
+    trail_dir: str | None,
+    allow_writable: bool,
 ) -> None:
     """Record the outcome of one unknown write; every later repeat replays it.
 
@@ -193,10 +206,40 @@ def settle_command(
     if applied is None:
         raise click.UsageError("say what the backend says: --applied or --not-applied")
     who = by or os.environ.get("USER") or os.environ.get("USERNAME") or "operator"
+    started = time.time_ns()
     with opened_stores(store, allow_writable) as stores:
+        record = stores.idempotency.record(key)
         try:
             written = settle(stores, key, applied=applied, by=who, now=time.time())
         except ValueError as err:
             raise click.ClickException(str(err)) from None
     verdict = "applied" if applied else "not applied"
     click.echo(f"{visible(key)} settled {verdict} by {visible(who)} ({', '.join(written)})")
+    if trail_dir is not None and record is not None:
+        span = _settled_span(record, trail_dir, applied=applied, by=who, start_ns=started)
+        click.echo(f"span {span[0]} written to {visible(span[1])}")
+
+
+def _settled_span(
+    record: KeyRecord, trail_dir: str, *, applied: bool, by: str, start_ns: int
+) -> tuple[str, str]:
+    """Write the settlement's span to the trail; its trace id and file."""
+    from telemetry.masking import Masker
+    from telemetry.settlement import settlement_record, write_settlement
+
+    saved = json.loads(record.result or "{}")
+    raw = os.environ.get("CALLGATE_MASKING_KEY")
+    key = raw.encode() if raw else None
+    masker = Masker(key=key or os.urandom(32))
+    span = settlement_record(
+        masker,
+        outcome=str(Outcome.APPLIED if applied else Outcome.NOT_APPLIED),
+        key=record.holder or record.key,
+        tool=saved.get("tool"),
+        by=by,
+        approval_id=saved.get("approval_id"),
+        start_ns=start_ns,
+        end_ns=time.time_ns(),
+    )
+    path = write_settlement(trail_dir, span, masking_key=key)
+    return span.trace_id, str(path)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 from guard.codes import Code, ReasonCode
-from guard.result import Advisory, Problem, ToolResult
+from guard.result import Advisory, Outcome, Problem, ToolResult
 from guard.session import Principal
 from guard.waiting import BLOCKING, Waiter
 
@@ -106,6 +106,9 @@ class Call:
     returned: bool = False
     """The handler returned: a write took effect. Whatever fails after (converting, storing,
     observing) reports it applied, and its claim is kept with the result, never released."""
+    settled: Outcome | None = None
+    """The tool's status check settled an earlier attempt's unknown outcome during this call
+    (``reconcile``): applied or not applied. Telemetry adds a ``guard.outcome.settled`` span."""
     problems: tuple[Problem, ...] = ()
     attempts: int = 0
     retries: tuple[RetryRecord, ...] = ()

@@ -63,6 +63,10 @@ __all__ = [
     "RISK",
     "ROLE",
     "SCHEMA_HASH",
+    "SETTLED_BY",
+    "SETTLED_SOURCE",
+    "SETTLED_SPAN",
+    "SETTLEMENT_ATTRIBUTES",
     "SHADOW",
     "SHADOW_CODE",
     "STAGES",
@@ -179,6 +183,13 @@ STAGE_NAME = "guard.stage.name"
 STAGE_OUTCOME = "guard.stage.outcome"
 STAGE_CODE = "guard.code"
 STAGE_FIXABLE = "guard.fixable"
+
+# on the guard.outcome.settled span (an unknown outcome settled: by a status check, or a human)
+SETTLED_SPAN = "guard.outcome.settled"
+"""The span of a settlement: a child of the call span whose status check settled an earlier
+attempt's unknown outcome, or a trace of its own for ``callgate outcomes settle``."""
+SETTLED_BY = "guard.settled.by"
+SETTLED_SOURCE = "guard.settled.source"
 
 # on the trail's chain record (an extra resource with no spans at the end of each line)
 CHAIN = "callgate.chain"
@@ -386,6 +397,23 @@ EVENT_ATTRIBUTES: tuple[Attribute, ...] = (
     _a(RETRY_DELAY, "double", "0.05", "Seconds of backoff before the next attempt."),
 )
 """Attributes of the ``guard.retry`` events on the ``guard.execute`` span."""
+
+SETTLEMENT_ATTRIBUTES: tuple[Attribute, ...] = (
+    _a(
+        SETTLED_SOURCE,
+        "string",
+        "status_check",
+        "`status_check` (the tool's `reconcile`) or `human`.",
+    ),
+    _a(
+        SETTLED_BY,
+        "string",
+        "p_4f9a0c2e1b3d",
+        "Who settled it: `status_check`, or the keyed hash of the person's name (`--by`).",
+    ),
+)
+"""Attributes of the ``guard.outcome.settled`` span, beside ``guard.outcome`` (the settled
+outcome), ``gen_ai.tool.name``, ``guard.idempotency_key`` and ``guard.approval.id``."""
 
 CHAIN_ATTRIBUTES: tuple[Attribute, ...] = (
     _a(

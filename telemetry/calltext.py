@@ -37,8 +37,10 @@ from telemetry.records import (
     SPAN_ID_SUFFIXES,
     STATUS_ERROR,
     STATUS_UNSET,
+    CallIds,
     Shape,
     SpanRecord,
+    given_prefix,
     new_id_prefix,
 )
 from telemetry.spans import (
@@ -46,8 +48,10 @@ from telemetry.spans import (
     _layout,
     _masked_arguments,
     _path,
+    _settlement,
     _shapes_of,
     call_attribute_groups,
+    span_count,
 )
 
 __all__ = ["CallTemplate", "StagesTemplate", "encode_call"]
@@ -193,7 +197,11 @@ def _is_plain(call: Call, result: ToolResult) -> bool:
 
 
 def _plain_head_text(
-    call: Call, result: ToolResult, masker: Masker, parent: tuple[str, str] | None
+    call: Call,
+    result: ToolResult,
+    masker: Masker,
+    parent: tuple[str, str] | None,
+    given: tuple[str, str] | None,
 ) -> tuple[str, str, str] | None:
     """Trace id, span-id prefix and text of a plain call's span, from its template; None when
     the call is not plain (or has an unset time)."""
@@ -217,7 +225,7 @@ def _plain_head_text(
         if len(_calls) >= _CACHE_LIMIT:
             _calls.clear()
         _calls[key] = template
-    trace_id, prefix = new_id_prefix()
+    trace_id, prefix = given if given is not None else new_id_prefix()
     parent_id = ""
     if parent is not None:
         trace_id, parent_id = parent
@@ -255,28 +263,33 @@ def encode_call(
     capture_content: bool = False,
     parent: tuple[str, str] | None = None,
     check_text: bool = True,
+    ids: CallIds | None = None,
 ) -> str:
     """The spans of one finished call as OTLP JSON span objects, comma-separated.
 
     The text ``encode_span`` makes of each of ``build_call_spans``'s records (a test holds them
     equal). Stage spans come from a template per path (the stages that ran and how the call
     ended: ``StagesTemplate``) in which only ids and times vary; a call with retries (events on
-    its execute span) or an unset time is written span by span. ``encode_spans`` wraps calls into
-    a line.
+    its execute span), a settlement span or an unset time is written span by span. ``ids``
+    (``new_ids``, drawn once for the call by an observer that shares them) name the spans, as
+    they name the call's OTLP copy. ``encode_spans`` wraps calls into a line.
     """
     marks = call.marks
-    if call.retries or len(marks) > len(SPAN_ID_SUFFIXES) or 0 in marks:
-        return _encode_each(call, result, masker, capture_content, parent, check_text)
+    if call.retries or call.settled is not None or len(marks) > len(SPAN_ID_SUFFIXES) or 0 in marks:
+        return _encode_each(call, result, masker, capture_content, parent, check_text, ids)
+    given = given_prefix(ids, span_count(call))
     plain = (
-        None if check_text or capture_content else _plain_head_text(call, result, masker, parent)
+        None
+        if check_text or capture_content
+        else _plain_head_text(call, result, masker, parent, given)
     )
     if plain is not None:
         trace_id, prefix, text = plain
     elif check_text:
-        head, prefix = _head(call, result, masker, capture_content, parent, check_text)
+        head, prefix = _head(call, result, masker, capture_content, parent, check_text, given)
         trace_id, text = head.trace_id, encode_span(head)
     else:
-        trace_id, prefix, text = _head_text(call, result, masker, capture_content, parent)
+        trace_id, prefix, text = _head_text(call, result, masker, capture_content, parent, given)
     if len(marks) < 2:
         return text
     return text + "," + _stage_template(_path(call, result)).render(trace_id, prefix, marks)
@@ -288,11 +301,12 @@ def _head_text(
     masker: Masker,
     capture_content: bool,
     parent: tuple[str, str] | None,
+    given: tuple[str, str] | None,
 ) -> tuple[str, str, str]:
     """Trace id, span-id prefix and text of the call span: ``encode_span`` of ``_head``'s record
     (with ``check_text`` off), its attributes encoded by groups."""
     marks = call.marks
-    trace_id, prefix = new_id_prefix()
+    trace_id, prefix = given if given is not None else new_id_prefix()
     parent_id = ""
     if parent is not None:
         trace_id, parent_id = parent
@@ -321,9 +335,12 @@ def _encode_each(
     capture_content: bool,
     parent: tuple[str, str] | None,
     check_text: bool,
+    ids: CallIds | None,
 ) -> str:
-    """``encode_call``, span by span (events, unusual times)."""
-    head, stages = _layout(call, result, masker, capture_content, parent, check_text)
+    """``encode_call``, span by span (events, a settlement, unusual times)."""
+    head, stages, settlement_id = _layout(
+        call, result, masker, capture_content, parent, check_text, ids
+    )
     trace_id, call_span_id = head.trace_id, head.span_id
     parts = [encode_span(head)]
     for span_id, shape, start, end, events in stages:
@@ -337,4 +354,6 @@ def _encode_each(
             parts.append(encode_span(record))
         else:
             parts.append(encode_shaped(trace_id, span_id, call_span_id, shape, start, end))
+    if settlement_id is not None:
+        parts.append(encode_span(_settlement(call, result, masker, head, settlement_id)))
     return ",".join(parts)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 
 try:
@@ -28,6 +29,7 @@ try:
         SpanExporter,
         SpanExportResult,
     )
+    from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
 except ImportError as missing:  # pragma: no cover - exercised by tests/test_install.py
     raise ImportError(
         "OTLP export needs the OpenTelemetry SDK: pip install 'callgate[otlp]' "
@@ -40,6 +42,7 @@ from opentelemetry.context import Context
 __all__ = [
     "ConsoleSpanExporter",
     "CountingSpanExporter",
+    "GivenIds",
     "MeterProvider",
     "PacedSpanProcessor",
     "Resource",
@@ -49,6 +52,37 @@ __all__ = [
 ]
 
 log = logging.getLogger("telemetry.setup")
+
+
+class GivenIds(IdGenerator):
+    """An id generator that gives the ids it was told to, on the thread told, else random ones.
+
+    callgate's own ``TracerProvider`` draws through it: ``TracerSink`` gives it each call's ids
+    (the ones the trail writes for that call) before replaying the call's spans, so both copies
+    of a call carry the same trace and span ids. Any other thread, and any span beyond the ids
+    given, gets random ids, as the SDK's default generator draws them."""
+
+    def __init__(self) -> None:
+        self._random = RandomIdGenerator()
+        self._local = threading.local()
+
+    def give(self, trace_id: int, span_ids: Sequence[int]) -> None:
+        self._local.trace_id = trace_id
+        self._local.span_ids = deque(span_ids)
+
+    def clear(self) -> None:
+        self._local.trace_id, self._local.span_ids = None, None
+
+    def generate_trace_id(self) -> int:
+        given: int | None = getattr(self._local, "trace_id", None)
+        return given if given is not None else self._random.generate_trace_id()
+
+    def generate_span_id(self) -> int:
+        given: deque[int] | None = getattr(self._local, "span_ids", None)
+        return given.popleft() if given else self._random.generate_span_id()
+
+    def is_trace_id_random(self) -> bool:
+        return True  # given ids come from telemetry.records.new_ids: os.urandom
 
 
 class CountingSpanExporter(SpanExporter):

@@ -15,6 +15,7 @@ from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
 from guard.call import Call
 from guard.result import ToolResult
+from telemetry.records import CallIds
 from telemetry.worker import BatchWorker
 
 __all__ = [
@@ -77,7 +78,9 @@ class MetricsSink:
         count = self._dropped_source() if self._dropped_source is not None else 0
         return [Observation(count)]
 
-    def submit(self, call: Call, result: ToolResult, parent: Any = None) -> None:
+    def submit(
+        self, call: Call, result: ToolResult, parent: Any = None, ids: CallIds | None = None
+    ) -> None:
         """Queue a finished call for recording."""
         self._worker.put((call, result))
 

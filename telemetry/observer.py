@@ -7,6 +7,11 @@ queues it for a thread of its own. The span records are built there, masked, fro
 (``telemetry.spans``): the ``TrailSink`` encodes them to OTLP JSON lines, the ``TracerSink`` replays
 them through an OpenTelemetry ``Tracer`` (the host's provider, or one that exports OTLP) with their
 recorded start and end times. Every failure is logged and swallowed: telemetry never breaks a call.
+
+One call is one set of ids everywhere: with ``share_ids`` the observer draws the call's trace and
+span ids once (``telemetry.records.new_ids``) and hands them to every sink, and a ``TracerSink``
+given an ``IdSource`` (``configure``'s own provider's id generator) makes the SDK use them, so the
+trail's copy of a call and the collector's carry the same trace and span ids.
 """
 
 from __future__ import annotations
@@ -23,11 +28,11 @@ from guard.observe import BaseObserver
 from guard.result import ToolResult
 from telemetry import attributes as attr
 from telemetry.masking import Masker
-from telemetry.records import STATUS_ERROR, SpanRecord
-from telemetry.spans import build_call_spans
+from telemetry.records import STATUS_ERROR, CallIds, SpanRecord, new_ids
+from telemetry.spans import build_call_spans, span_count
 from telemetry.worker import BatchWorker
 
-__all__ = ["CallSink", "OTelObserver", "TracerSink", "tracer_for"]
+__all__ = ["CallSink", "IdSource", "OTelObserver", "TracerSink", "tracer_for"]
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +47,12 @@ class CallSink(Protocol):
     def dropped(self) -> int:
         """Calls (or spans) lost because the sink could not keep up."""
 
-    def submit(self, call: Call, result: ToolResult, parent: Any = None) -> None:
-        """Take a finished call; ``parent`` is the host's current ``SpanContext`` or None."""
+    def submit(
+        self, call: Call, result: ToolResult, parent: Any = None, ids: CallIds | None = None
+    ) -> None:
+        """Take a finished call; ``parent`` is the host's current ``SpanContext`` or None; ``ids``
+        the call's span ids when the observer shares them (``share_ids``), else None (only an
+        observer built with ``share_ids`` passes them, so a sink may leave the parameter out)."""
 
     def force_flush(self, timeout: float | None = None) -> bool:
         """Push out everything submitted so far."""
@@ -52,11 +61,24 @@ class CallSink(Protocol):
         """Flush and release resources."""
 
 
+class IdSource(Protocol):
+    """Where a tracer's SDK draws ids (``telemetry.export.GivenIds``): told the next ones to give."""
+
+    def give(self, trace_id: int, span_ids: Sequence[int]) -> None:
+        """Give ``trace_id`` and then ``span_ids`` in order to the spans this thread starts next."""
+
+    def clear(self) -> None:
+        """Go back to random ids on this thread."""
+
+
 class OTelObserver(BaseObserver):
     """Implements ``guard.observe.Observer``: one call span plus a span per stage, through ``sinks``.
 
     ``link_parent`` makes a call a child of the span current on the calling thread when it ends (the
-    agent's own span), so a host's trace shows the tool calls inside it.
+    agent's own span), so a host's trace shows the tool calls inside it. ``share_ids`` draws each
+    call's ids here, once, and hands them to every sink (``submit(..., ids=)``), so the trail and
+    the OTLP copy of one call carry the same ids; ``configure`` turns it on when it makes more than
+    one span sink.
     """
 
     wants_stage_events = False
@@ -65,9 +87,12 @@ class OTelObserver(BaseObserver):
     _MAX_OPEN = 65_536
     """Calls started and not yet ended whose parent is remembered (a bound, should a call never end)."""
 
-    def __init__(self, sinks: Sequence[CallSink], *, link_parent: bool = True) -> None:
+    def __init__(
+        self, sinks: Sequence[CallSink], *, link_parent: bool = True, share_ids: bool = False
+    ) -> None:
         self.sinks = tuple(sinks)
         self._link_parent = link_parent
+        self._share_ids = share_ids
         self._parents: dict[int, SpanContext | None] = {}
 
     def call_started(self, call: Call) -> None:
@@ -93,8 +118,13 @@ class OTelObserver(BaseObserver):
                     context = trace.get_current_span().get_span_context()
                     if context.is_valid:
                         parent = context
-            for sink in self.sinks:
-                sink.submit(call, result, parent)
+            if self._share_ids:
+                ids = new_ids(span_count(call) - 1)  # the marks are final: the call ended
+                for sink in self.sinks:
+                    sink.submit(call, result, parent, ids=ids)
+            else:
+                for sink in self.sinks:
+                    sink.submit(call, result, parent)
         except Exception:
             log.exception("telemetry observer failed for call %r", call.call_id)
 
@@ -120,7 +150,9 @@ class TracerSink:
 
     Spans carry the times the ``Call`` recorded (``start_span(start_time=...)``,
     ``end(end_time=...)``). The queue never blocks the caller: when it is full the call's spans are
-    dropped and counted (``dropped`` counts spans, for the ``dropped spans`` metric).
+    dropped and counted (``dropped`` counts spans, for the ``dropped spans`` metric). With
+    ``id_source`` (the id generator of the tracer's provider) the spans carry the records' ids,
+    the ones the trail writes for the same call; without it the provider draws its own.
     """
 
     def __init__(
@@ -131,12 +163,14 @@ class TracerSink:
         capture_content: bool = False,
         capacity: int = 4096,
         batch_size: int = 64,
+        id_source: IdSource | None = None,
     ) -> None:
         self._tracer = tracer
+        self._ids = id_source
         self._masker = masker
         self._capture_content = capture_content
         self._dropped_calls = 0
-        self._worker: BatchWorker[tuple[Call, ToolResult, Any]] = BatchWorker(
+        self._worker: BatchWorker[tuple[Call, ToolResult, Any, CallIds | None]] = BatchWorker(
             self._replay,
             name="callgate-tracer",
             capacity=capacity,
@@ -149,18 +183,27 @@ class TracerSink:
         """Spans lost to a full queue (each dropped call counted as its call and stage spans)."""
         return self._dropped_calls
 
-    def submit(self, call: Call, result: ToolResult, parent: Any = None) -> None:
+    def submit(
+        self, call: Call, result: ToolResult, parent: Any = None, ids: CallIds | None = None
+    ) -> None:
         """Queue a finished call, or count its spans as dropped when the queue is full."""
-        if not self._worker.put((call, result, parent)):
-            self._dropped_calls += max(len(call.marks), 1)
+        if not self._worker.put((call, result, parent, ids)):
+            self._dropped_calls += span_count(call)
 
-    def _replay(self, batch: list[tuple[Call, ToolResult, Any]]) -> None:
-        for call, result, parent in batch:
+    def _replay(self, batch: list[tuple[Call, ToolResult, Any, CallIds | None]]) -> None:
+        for call, result, parent, ids in batch:
             try:
                 records = build_call_spans(
-                    call, result, self._masker, capture_content=self._capture_content
+                    call, result, self._masker, capture_content=self._capture_content, ids=ids
                 )
-                self._emit(records, parent)
+                if self._ids is None:
+                    self._emit(records, parent)
+                    continue
+                self._ids.give(int(records[0].trace_id, 16), [int(r.span_id, 16) for r in records])
+                try:
+                    self._emit(records, parent)
+                finally:
+                    self._ids.clear()
             except Exception:
                 log.exception("could not replay call %r as spans", call.call_id)
 
@@ -205,8 +248,8 @@ class TracerSink:
         Calls still queued when ``timeout`` runs out are lost, and counted as dropped.
         """
         abandoned = self._worker.close(timeout)
-        for call, _, _ in abandoned:
-            self._dropped_calls += max(len(call.marks), 1)
+        for call, *_ in abandoned:
+            self._dropped_calls += span_count(call)
         return not abandoned
 
 

@@ -28,6 +28,7 @@ __all__ = [
     "STATUS_ERROR",
     "STATUS_UNSET",
     "AttributeValue",
+    "CallIds",
     "EventRecord",
     "KeyValueList",
     "LinkRecord",
@@ -37,6 +38,7 @@ __all__ = [
     "SpanRecord",
     "encodable",
     "encodable_attributes",
+    "given_prefix",
     "new_id_prefix",
     "new_ids",
     "shape_of",
@@ -176,7 +178,12 @@ def new_id_prefix() -> tuple[str, str]:
     return raw[:32], raw[32:46]
 
 
-def new_ids(stages: int) -> tuple[str, list[str]]:
+CallIds: TypeAlias = tuple[str, list[str]]
+"""A call's trace id and its span ids (the call span's, then one per stage), in hex: drawn once
+per call (``new_ids``), so every copy of the call (the trail, OTLP) names it the same."""
+
+
+def new_ids(stages: int) -> CallIds:
     """A random trace id, and span ids that share a random 56-bit prefix and differ in the last byte
     (``new_id_prefix``); random throughout past 254 stages."""
     trace_id, prefix = new_id_prefix()
@@ -184,6 +191,19 @@ def new_ids(stages: int) -> tuple[str, list[str]]:
         more = os.urandom(8 * (stages + 1)).hex()
         return trace_id, [more[16 * index : 16 * index + 16] for index in range(stages + 1)]
     return trace_id, [prefix + SPAN_ID_SUFFIXES[index] for index in range(stages + 1)]
+
+
+def given_prefix(ids: CallIds | None, count: int) -> tuple[str, str] | None:
+    """``(trace_id, prefix)`` of ids drawn by ``new_ids`` for ``count`` spans, so a call's text
+    can be made from its templates under them; None for no ids, ids drawn for another number of
+    spans (they cannot name these: fresh ones keep the call), or ids of another layout."""
+    if ids is None or len(ids[1]) != count or count > len(SPAN_ID_SUFFIXES):
+        return None
+    trace_id, span_ids = ids
+    prefix = span_ids[0][:-2]
+    if all(span_id == prefix + SPAN_ID_SUFFIXES[i] for i, span_id in enumerate(span_ids)):
+        return trace_id, prefix
+    return None
 
 
 # stage spans: few distinct shapes, built once each

@@ -15,7 +15,8 @@ What it sets up, each part optional:
   configured writes no files unless asked;
 - OTLP to a collector (on when ``otlp=True``, ``OTEL_TRACES_EXPORTER=otlp`` or an
   ``OTEL_EXPORTER_OTLP_*ENDPOINT`` is set): spans replayed through an SDK ``TracerProvider`` with a
-  ``BatchSpanProcessor``; a collector that is down costs dropped spans (counted), never a slow call;
+  ``BatchSpanProcessor``; a collector that is down costs dropped spans (counted), never a slow call.
+  Its spans carry the trail's ids: one call has one trace id and one set of span ids in both;
 - ``OTEL_TRACES_EXPORTER=console``: the same, printed to stdout; ``none``: no exporter;
   other values are warned about and ignored;
 - spans through the host's own ``TracerProvider``: ``tracer_provider=``, or the application's global
@@ -70,7 +71,7 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SpanExporter
 
-    from telemetry.export import PacedSpanProcessor
+    from telemetry.export import GivenIds, PacedSpanProcessor
 
 __all__ = ["Telemetry", "configure"]
 
@@ -248,21 +249,28 @@ def configure(
 
     trail_sink = _trail(settings, masker)
     sinks: list[CallSink] = [trail_sink] if trail_sink is not None else []
-    own_provider, processors = _own_provider(settings, span_exporter)
+    own_provider, processors, own_ids = _own_provider(settings, span_exporter)
     for provider in (own_provider, tracer_provider):
         if provider is not None:
             tracer = provider.get_tracer(attr.INSTRUMENTATION_SCOPE, settings.version or None)
-            sinks.append(TracerSink(tracer, masker, capture_content=settings.capture_content))
+            # Our own provider draws the records' ids; the host's keeps its own id generator.
+            given = own_ids if provider is own_provider else None
+            sinks.append(
+                TracerSink(
+                    tracer, masker, capture_content=settings.capture_content, id_source=given
+                )
+            )
+    # Two copies of a call (the trail, OTLP) name it by one set of ids, drawn once per call.
+    share_ids = len(sinks) > 1
 
     own_meters = None
-    observer = OTelObserver(sinks, link_parent=link_parent)
     if settings.metrics:
         if meter_provider is None:
             own_meters = _own_meters(settings, metric_readers)
             meter_provider = own_meters
         meter = meter_provider.get_meter(attr.INSTRUMENTATION_SCOPE, settings.version or None)
         sinks.append(MetricsSink(meter, dropped=lambda: _dropped(sinks, processors)))
-        observer = OTelObserver(sinks, link_parent=link_parent)
+    observer = OTelObserver(sinks, link_parent=link_parent, share_ids=share_ids)
 
     return Telemetry(
         observer=observer,
@@ -300,10 +308,11 @@ def _trail(settings: Settings, masker: Masker) -> TrailSink | None:
 
 def _own_provider(
     settings: Settings, span_exporter: SpanExporter | None
-) -> tuple[TracerProvider | None, list[PacedSpanProcessor]]:
-    """callgate's own TracerProvider with one paced processor per exporter, if any is asked for."""
+) -> tuple[TracerProvider | None, list[PacedSpanProcessor], GivenIds | None]:
+    """callgate's own TracerProvider with one paced processor per exporter, if any is asked for,
+    and the id generator it draws through (``GivenIds``: the records' ids)."""
     if not (settings.otlp or settings.console):
-        return None, []
+        return None, [], None
     from telemetry import export  # the [otlp] extra: one clear ImportError without it
 
     exporters: list[SpanExporter] = []
@@ -316,7 +325,10 @@ def _own_provider(
         )
     if settings.console:
         exporters.append(export.ConsoleSpanExporter())
-    provider = export.TracerProvider(resource=export.Resource.create(dict(settings.resource)))
+    ids = export.GivenIds()
+    provider = export.TracerProvider(
+        resource=export.Resource.create(dict(settings.resource)), id_generator=ids
+    )
     processors = [
         export.PacedSpanProcessor(
             exporter,
@@ -327,7 +339,7 @@ def _own_provider(
     ]
     for processor in processors:
         provider.add_span_processor(processor)
-    return provider, processors
+    return provider, processors, ids
 
 
 def _own_meters(settings: Settings, metric_readers: Sequence[MetricReader]) -> MeterProvider:

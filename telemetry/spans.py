@@ -22,15 +22,18 @@ from telemetry.records import (
     STATUS_ERROR,
     STATUS_UNSET,
     AttributeValue,
+    CallIds,
     EventRecord,
     Shape,
     SpanRecord,
     _shapes,
     encodable,
     encodable_attributes,
+    given_prefix,
     new_id_prefix,
     stage_shape,
 )
+from telemetry.settlement import STATUS_CHECK, settlement_record
 
 __all__ = [
     "AttributeValue",
@@ -38,6 +41,7 @@ __all__ = [
     "SpanRecord",
     "build_call_spans",
     "call_attributes",
+    "span_count",
 ]
 
 
@@ -66,10 +70,12 @@ def _head(
     capture_content: bool,
     parent: tuple[str, str] | None,
     check_text: bool,
+    given: tuple[str, str] | None = None,
 ) -> tuple[SpanRecord, str]:
-    """The call span's record, and the prefix its stage spans' ids share with its own."""
+    """The call span's record, and the prefix its stage spans' ids share with its own: ``given``
+    (``given_prefix`` of the call's ids) or fresh ones."""
     marks = call.marks
-    trace_id, prefix = new_id_prefix()
+    trace_id, prefix = given if given is not None else new_id_prefix()
     parent_id = ""
     if parent is not None:
         trace_id, parent_id = parent
@@ -124,9 +130,13 @@ def _layout(
     capture_content: bool,
     parent: tuple[str, str] | None,
     check_text: bool,
-) -> tuple[SpanRecord, list[_Stage]]:
-    """The call span's record and its stage spans: the one place a call's spans are laid out."""
-    head, prefix = _head(call, result, masker, capture_content, parent, check_text)
+    ids: CallIds | None = None,
+) -> tuple[SpanRecord, list[_Stage], str | None]:
+    """The call span's record, its stage spans and the settlement span's id (None without one):
+    the one place a call's spans are laid out. ``ids`` (``new_ids``, drawn once for the call)
+    name the spans when they were drawn for as many spans as the call has."""
+    given = given_prefix(ids, span_count(call))
+    head, prefix = _head(call, result, masker, capture_content, parent, check_text, given)
     marks = call.marks
     stages: list[_Stage] = []
     for index, shape in enumerate(_shapes_of(_path(call, result))):
@@ -146,7 +156,38 @@ def _layout(
             ]
         span_id = prefix + SPAN_ID_SUFFIXES[index + 1]
         stages.append((span_id, shape, marks[index], marks[index + 1], events))
-    return head, stages
+    settlement_id = prefix + SPAN_ID_SUFFIXES[len(stages) + 1] if call.settled is not None else None
+    return head, stages, settlement_id
+
+
+def span_count(call: Call) -> int:
+    """How many spans a finished call makes: its call span, a span per stage that ran, and the
+    ``guard.outcome.settled`` span when its status check settled an earlier unknown outcome."""
+    return max(len(call.marks), 1) + (call.settled is not None)
+
+
+def _settlement(call: Call, result: ToolResult, masker: Masker, head: SpanRecord,
+                span_id: str) -> SpanRecord:  # fmt: skip
+    """The settlement span of a call whose status check settled an unknown outcome: over the
+    idempotency stage, where the check ran."""
+    assert call.settled is not None
+    marks, chain = call.marks, call.chain
+    index = chain.index("idempotency") if "idempotency" in chain else -1
+    start, end = (
+        (marks[index], marks[index + 1]) if 0 <= index < len(marks) - 1
+        else (head.start_ns, head.end_ns)
+    )  # fmt: skip
+    return settlement_record(
+        masker,
+        outcome=str(call.settled),
+        key=result.idempotency_key or call.idempotency_key or "",
+        tool=call.spec.name if call.spec is not None else call.tool,
+        by=STATUS_CHECK,
+        approval_id=result.approval_id,
+        start_ns=start,
+        end_ns=end,
+        ids=(head.trace_id, span_id, head.span_id),
+    )
 
 
 def build_call_spans(
@@ -157,15 +198,20 @@ def build_call_spans(
     capture_content: bool = False,
     parent: tuple[str, str] | None = None,
     check_text: bool = True,
+    ids: CallIds | None = None,
 ) -> list[SpanRecord]:
     """The call span first, then one span per stage, in the order the stages ran.
 
     ``parent`` is ``(trace_id, span_id)`` in hex of the host's span that was current when the call
     ended, so the call joins the agent's trace; otherwise the call span starts a trace of its own.
     ``check_text`` makes every string encodable (``guard.text_replaced`` says when it had to); the
-    trail skips it and calls again with it only for a call whose text does not encode.
+    trail skips it and calls again with it only for a call whose text does not encode. ``ids``
+    (``telemetry.records.new_ids``, drawn once for the call) names the spans; without them they
+    are drawn here (the trace id is the parent's whenever there is one).
     """
-    head, stages = _layout(call, result, masker, capture_content, parent, check_text)
+    head, stages, settlement_id = _layout(
+        call, result, masker, capture_content, parent, check_text, ids
+    )
     records = [head]
     for span_id, (name, attributes, status_code, status_message), start, end, events in stages:
         records.append(
@@ -182,6 +228,8 @@ def build_call_spans(
                 events=events or (),
             )
         )
+    if settlement_id is not None:
+        records.append(_settlement(call, result, masker, head, settlement_id))
     return records
 
 

@@ -19,8 +19,9 @@ from telemetry import attributes as attr
 from telemetry.calltext import encode_call
 from telemetry.encoder import frame_spans
 from telemetry.masking import Masker
-from telemetry.records import AttributeValue, encodable
+from telemetry.records import AttributeValue, CallIds, encodable
 from telemetry.spanfile import SpanFileWriter, TrailWriteError
+from telemetry.spans import span_count
 from telemetry.worker import BatchWorker
 
 __all__ = ["SpanFileWriter", "TrailSink", "TrailWriteError"]
@@ -69,7 +70,7 @@ class TrailSink:
         """Calls whose spans could not be built (a bug; logged): their spans are in ``lost_spans``."""
         self.lost_spans = 0
         """Spans that never reached the file: calls that could not be built, writes that failed."""
-        self._worker: BatchWorker[tuple[Call, ToolResult, Any]] = BatchWorker(
+        self._worker: BatchWorker[tuple[Call, ToolResult, Any, CallIds | None]] = BatchWorker(
             self._write,
             name="callgate-trail",
             capacity=capacity,
@@ -82,20 +83,22 @@ class TrailSink:
         """Always 0 while open: the trail waits rather than drops."""
         return self._worker.dropped
 
-    def submit(self, call: Call, result: ToolResult, parent: Any = None) -> None:
+    def submit(
+        self, call: Call, result: ToolResult, parent: Any = None, ids: CallIds | None = None
+    ) -> None:
         """Queue a finished call (calling thread: one deque append)."""
-        self._worker.put((call, result, parent))
+        self._worker.put((call, result, parent, ids))
 
-    def _write(self, batch: list[tuple[Call, ToolResult, Any]]) -> None:
+    def _write(self, batch: list[tuple[Call, ToolResult, Any, CallIds | None]]) -> None:
         spans: list[str] = []
-        built: list[tuple[Call, ToolResult, Any]] = []
+        built: list[tuple[Call, ToolResult, Any, CallIds | None]] = []
         count = 0
         for item in batch:
             text = self._encode(*item, check_text=False)
             if text is not None:
                 spans.append(text)
                 built.append(item)
-                count += max(len(item[0].marks), 1)
+                count += span_count(item[0])
         if not spans:
             return
         try:
@@ -115,7 +118,13 @@ class TrailSink:
         self.spans += count
 
     def _encode(
-        self, call: Call, result: ToolResult, parent: Any, *, check_text: bool
+        self,
+        call: Call,
+        result: ToolResult,
+        parent: Any,
+        ids: CallIds | None,
+        *,
+        check_text: bool,
     ) -> str | None:
         """The call's spans as text, or None (counted) when they cannot be built."""
         try:
@@ -129,11 +138,12 @@ class TrailSink:
                 capture_content=self._capture_content,
                 parent=link,
                 check_text=check_text,
+                ids=ids,
             )
         except Exception:  # one bad record must not cost the batch
             log.exception("could not build the spans of call %r", encodable(str(call.call_id)))
             self.errors += 1
-            self.lost_spans += max(len(call.marks), 1)
+            self.lost_spans += span_count(call)
             return None
 
     def _lines(self, spans: list[str]) -> list[bytes]:

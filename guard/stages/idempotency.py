@@ -121,16 +121,12 @@ class IdempotencyStage:
             return None
         if claim.state is ClaimState.COMPLETED:
             if spec.reconcile is not None and _unknown(claim.result):
-                return self._settle(call, _sent_under(call, claim.result)) or replayed(
+                return self._settle(call, claim.result) or replayed(
                     call, claim.result or "{}", codes=env.registry.codes
                 )
             return replayed(call, claim.result or "{}", codes=env.registry.codes)
         if claim.state is ClaimState.IN_FLIGHT:
-            return reject(
-                call,
-                Code.IN_PROGRESS,
-                "An identical call is still running. Do not send it again; wait for its result.",
-            )
+            return _in_progress(call)
         if claim.state is ClaimState.STALE:
             held = lock if claim.holder is not None else None
             if spec.reconcile is not None:
@@ -142,14 +138,22 @@ class IdempotencyStage:
             "This action was already recorded with different arguments. Do not retry it.",
         )
 
-    def _settle(self, call: Call, sent_under: str | None = None) -> ToolResult | None:
+    def _settle(self, call: Call, saved: str | None = None) -> ToolResult | None:
         """The earlier outcome was unknown: ask the tool's status check, and record what it says
         as the key's result. Settled not applied, the call is not run again here: another repeat
-        may be settling it at the same moment, and only a claim may run a write."""
+        may be settling it at the same moment, and only a claim may run a write. An approved
+        action's unknown (``saved`` names its approval) is asked, answered and recorded as the
+        approval's: the key the backend was sent, so a later replay names that key too."""
+        sent_under = _sent_under(call, saved)
         outcome = self._status(call, sent_under)
         if outcome is Outcome.UNKNOWN:
             return None
-        return self._record(call, settled(call, outcome))
+        call.settled = outcome
+        result = settled(call, outcome)
+        if sent_under is not None:
+            approval_id = json.loads(saved or "{}").get("approval_id")
+            result = replace(result, idempotency_key=sent_under, approval_id=approval_id)
+        return self._record(call, result)
 
     def _settle_stale(self, call: Call, lock: str | None) -> ToolResult | None:
         """An earlier attempt claimed the key and died. If the status check says it took effect,
@@ -157,10 +161,11 @@ class IdempotencyStage:
         repeat wins) and the call runs; if it cannot tell, the outcome stays unknown."""
         assert call.idempotency_key is not None and call.fingerprint is not None
         outcome = self._status(call)
-        if outcome is Outcome.APPLIED:
-            return self._record(call, settled(call, outcome))
         if outcome is Outcome.UNKNOWN:
             return self._abandoned(call, lock)
+        call.settled = outcome
+        if outcome is Outcome.APPLIED:
+            return self._record(call, settled(call, outcome))
         claim = self.env.idempotency.claim(
             call.idempotency_key,
             call.fingerprint,
@@ -174,11 +179,7 @@ class IdempotencyStage:
             return None
         if claim.state is ClaimState.COMPLETED:
             return replayed(call, claim.result or "{}", codes=self.env.registry.codes)
-        return reject(
-            call,
-            Code.IN_PROGRESS,
-            "An identical call is still running. Do not send it again; wait for its result.",
-        )
+        return _in_progress(call)
 
     def _status(self, call: Call, sent_under: str | None = None) -> Outcome:
         """The tool's status check; a check that fails leaves the outcome unknown (logged)."""
@@ -237,6 +238,17 @@ class IdempotencyStage:
         except Exception:  # the stale claim stays: the next repeat is told the same
             log.exception("recording the unknown outcome of %s failed", call.idempotency_key)
         return result
+
+
+def _in_progress(call: Call) -> ToolResult:
+    """The answer while another attempt holds the key: that attempt may still apply the write,
+    so nothing about it is settled yet and the outcome is unknown, never not applied."""
+    return reject(
+        call,
+        Code.IN_PROGRESS,
+        "An identical call is still running. Do not send it again; wait for its result.",
+        outcome=Outcome.UNKNOWN,
+    )
 
 
 def _unknown(text: str | None) -> bool:

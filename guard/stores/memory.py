@@ -30,6 +30,7 @@ from guard.stores._rules import (
     approval_purge_at,
     claim_outcome,
     decision,
+    lease_start,
     lock_outcome,
     outcome_unknown,
 )
@@ -183,6 +184,10 @@ class MemoryIdempotencyStore(_ExpiringMap[_Record]):
             self._tick(now)
             entries = self._entries
             record = entries.get(key)
+            held = None if lock is None else entries.get(lock)
+            for entry in (record, held):
+                if entry is not None and entry.result is None:
+                    entry.claimed_at = lease_start(claimed_at=entry.claimed_at, now=now)
             if record is not None:
                 outcome = claim_outcome(
                     stored_fingerprint=record.fingerprint,
@@ -196,7 +201,6 @@ class MemoryIdempotencyStore(_ExpiringMap[_Record]):
                 )
                 if outcome is not None:
                     return outcome
-            held = None if lock is None else entries.get(lock)
             if held is not None:
                 refused = lock_outcome(
                     holder=held.holder,

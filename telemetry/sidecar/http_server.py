@@ -382,6 +382,8 @@ class OTLPHTTPServer(ThreadingHTTPServer):
     ) -> None:
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
+        # Before the bind: a bind that fails calls server_close, which must not hide its OSError.
+        self._reaper_stop = threading.Event()
         super().__init__(address, _handler(accept, limits, on_reject))
         self.limits = limits
         self._active = 0
@@ -390,7 +392,6 @@ class OTLPHTTPServer(ThreadingHTTPServer):
         self.accepted_connections = 0
         self.reaped_connections = 0
         self._deadlines: dict[socket.socket, float] = {}
-        self._reaper_stop = threading.Event()
         self._reaper = threading.Thread(target=self._reap, name="otlp-http-reaper", daemon=True)
         self._reaper.start()
 

@@ -204,3 +204,53 @@ class TestSettle:
         out = cli("outcomes", "settle", key, "--store", world.spec)
         assert out.exit_code == 2
         assert [r.key for r in world.stores.idempotency.unknown(now=time.time())] != []
+
+
+class TestSettledSpan:
+    def test_a_settlement_writes_its_span_to_the_trail(
+        self, world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """settle --trail-dir writes one guard.outcome.settled span, a trace of its own: source
+        human, who as a keyed hash (the name never in the file), the outcome, tool and the key's
+        hash as the call spans write it; its chain verifies; the loader files it as a settlement."""
+        from telemetry.masking import Masker
+        from tests.telemetry.conftest import read_spans
+
+        monkeypatch.setenv("CALLGATE_MASKING_KEY", "outcomes-test-key")
+        key = unknown_write(world)
+        trail = tmp_path / "trail"
+        out = cli("outcomes", "settle", key, "--applied", "--by", "bob-the-operator",
+                  "--store", world.spec, "--trail-dir", str(trail))  # fmt: skip
+        assert out.exit_code == 0, out.output
+        (span,) = read_spans(trail)
+        masker = Masker(key=b"outcomes-test-key")
+        assert span["name"] == "guard.outcome.settled" and not span.get("parentSpanId")
+        assert span["traceId"] in out.output
+        assert span["attrs"] == {
+            "guard.settled.source": "human",
+            "guard.settled.by": masker.principal("bob-the-operator"),
+            "guard.outcome": "applied",
+            "guard.idempotency_key": masker.short_hash(key),
+            "gen_ai.tool.name": "pay",
+        }
+        files = sorted(trail.glob("*.jsonl"))
+        assert not any(b"bob-the-operator" in path.read_bytes() for path in files)
+        assert cli("verify", *map(str, files)).exit_code == 0
+        db = tmp_path / "spans.duckdb"
+        assert cli("load", "--db", str(db), str(trail)).exit_code == 0
+        from analytics import open_database
+
+        with open_database(db) as con:
+            rows = con.execute("SELECT name, category FROM span_rows").fetchall()
+        assert rows == [("guard.outcome.settled", "settlement")]
+
+    def test_without_a_trail_nothing_is_written(
+        self, world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """No --trail-dir and no CALLGATE_TRAIL_DIR: the settlement is stored, no span file made."""
+        monkeypatch.delenv("CALLGATE_TRAIL_DIR", raising=False)
+        monkeypatch.chdir(tmp_path)
+        key = unknown_write(world)
+        out = cli("outcomes", "settle", key, "--not-applied", "--store", world.spec)
+        assert out.exit_code == 0 and "span" not in out.output
+        assert not list(tmp_path.rglob("*.jsonl"))

@@ -21,10 +21,12 @@ INVARIANTS = (
     "unknown outcome settled as the ledger says",
     "acknowledged span on the sidecar's disk",
     "acknowledged span in DuckDB",
+    "acknowledged span has its trail copy's ids",
     "span in DuckDB exactly once",
     "trail span on disk is in DuckDB",
     "every span on disk loaded or in load_errors",
     "counts add up per agent (trail + lost = acked + dropped; written = on disk)",
+    "approval decided during a kill runs once, by another process",
     "verify passes on every chain no fault hit",
     "verify names the break on chains a fault hit",
     "peak RSS within bounds",
@@ -39,6 +41,7 @@ FAULTS = (
     "collector_down",
     "disk_full",
     "clock",
+    "approval_kill",
 )
 
 

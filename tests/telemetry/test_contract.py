@@ -75,6 +75,7 @@ class TestDocs:
                 *attributes.CALL_ATTRIBUTES,
                 *attributes.STAGE_ATTRIBUTES,
                 *attributes.EVENT_ATTRIBUTES,
+                *attributes.SETTLEMENT_ATTRIBUTES,
                 *attributes.CHAIN_ATTRIBUTES,
             )
         }
@@ -88,15 +89,18 @@ class TestDocs:
                 *attributes.CALL_ATTRIBUTES,
                 *attributes.STAGE_ATTRIBUTES,
                 *attributes.EVENT_ATTRIBUTES,
+                *attributes.SETTLEMENT_ATTRIBUTES,
                 *attributes.CHAIN_ATTRIBUTES,
             )
         }
         not_names = {"CALL_SPAN_PREFIX", "STAGE_SPAN_PREFIX", "OPERATION_EXECUTE_TOOL",
-                     "INSTRUMENTATION_SCOPE", "RETRY_EVENT"}  # fmt: skip
+                     "INSTRUMENTATION_SCOPE", "RETRY_EVENT", "SETTLED_SPAN"}  # fmt: skip
         constants = {
             getattr(attributes, name)
             for name in attributes.__all__
-            if name.isupper() and isinstance(getattr(attributes, name), str) and name not in not_names
+            if name.isupper()
+            and isinstance(getattr(attributes, name), str)
+            and name not in not_names
         }
         assert constants == names
 

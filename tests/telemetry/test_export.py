@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import tempfile
 import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
@@ -18,7 +21,7 @@ from guard.codes import Code
 from telemetry import attributes, configure
 from telemetry.export import PacedSpanProcessor
 
-from .conftest import KEY, make_call
+from .conftest import KEY, make_call, read_spans
 
 
 def host_provider() -> tuple[TracerProvider, InMemorySpanExporter]:
@@ -225,3 +228,81 @@ class TestPacedSpanProcessor:
         provider.shutdown()
         assert processor.dropped == 0 and processor.exporter.failed == 0
         assert len(exporter.get_finished_spans()) == 2_000
+
+
+SHAPES = st.tuples(
+    st.integers(min_value=1, max_value=len(attributes.STAGES)),
+    st.integers(min_value=0, max_value=2),
+    st.booleans(),
+    st.sampled_from([Code.OK, Code.NOT_FOUND, Code.TIMEOUT]),
+)
+
+
+def _ids(span: ReadableSpan) -> tuple[str, str, str, str]:
+    assert span.context is not None
+    parent = format(span.parent.span_id, "016x") if span.parent is not None else ""
+    return (
+        format(span.context.trace_id, "032x"),
+        format(span.context.span_id, "016x"),
+        parent,
+        span.name,
+    )
+
+
+class TestOneCallOneId:
+    """The trail's copy of a call and the OTLP copy name it by the same trace and span ids."""
+
+    @settings(max_examples=12, deadline=None)
+    @given(shapes=st.lists(SHAPES, min_size=1, max_size=6))
+    def test_the_trail_and_otlp_carry_the_same_ids(
+        self, shapes: list[tuple[int, int, bool, Code]]
+    ) -> None:
+        """Calls of every length, with retries, rejected or not, inside a host's span or not:
+        each span's (trace id, span id, parent id, name) is the same in the trail file and in
+        the exporter's batches, and no two calls share a trace id unless a host span links them."""
+        host = TracerProvider().get_tracer("host")
+        exporter = InMemorySpanExporter()
+        with tempfile.TemporaryDirectory() as directory:
+            handle = configure(
+                trail_dir=directory, otlp=True, span_exporter=exporter, masking_key=KEY
+            )
+            for length, retries, in_host_span, code in shapes:
+                call, result = make_call(
+                    code=code, stages=attributes.STAGES[:length], retries=retries
+                )
+                if in_host_span:
+                    with host.start_as_current_span("agent turn"):
+                        handle.observer.call_started(call)
+                        handle.observer.call_ended(call, result)
+                else:
+                    handle.observer.call_ended(call, result)
+            handle.shutdown()
+            trail = {
+                (span["traceId"], span["spanId"], span.get("parentSpanId", ""), span["name"])
+                for span in read_spans(Path(directory))
+            }
+        otlp = {_ids(span) for span in exporter.get_finished_spans()}
+        assert trail == otlp
+        assert len(trail) == sum(length + 1 for length, *_ in shapes)
+        alone = [ids for ids in trail if ids[3].startswith("execute_tool") and not ids[2]]
+        assert len({ids[0] for ids in alone}) == len(alone)
+
+    def test_given_ids_stay_on_their_thread(self) -> None:
+        """Ids given for the replay thread never name a span another thread starts meanwhile."""
+        from telemetry.export import GivenIds
+
+        ids = GivenIds()
+        provider = TracerProvider(id_generator=ids)
+        tracer = provider.get_tracer("t")
+        ids.give(0xABC, [0x1, 0x2])
+        other: list[int] = []
+        thread = threading.Thread(
+            target=lambda: other.append(tracer.start_span("elsewhere").get_span_context().trace_id)
+        )
+        thread.start()
+        thread.join()
+        mine = tracer.start_span("mine").get_span_context()
+        ids.clear()
+        after = tracer.start_span("after").get_span_context()
+        assert (mine.trace_id, mine.span_id) == (0xABC, 0x1)
+        assert other[0] != 0xABC and after.trace_id != 0xABC

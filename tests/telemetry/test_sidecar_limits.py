@@ -765,3 +765,29 @@ class TestStorageFailure:
             output, _ = process.communicate(timeout=20)
         assert process.returncode == 0
         assert b"rejected" in output
+
+
+class TestBindFailure:
+    def test_a_taken_port_is_reported_as_such(self) -> None:
+        """Binding the HTTP endpoint to a port another socket listens on raises the OSError
+        (EADDRINUSE) itself, not an AttributeError from the cleanup (the soak found a sidecar
+        restarted onto a still-held port dying with the AttributeError alone)."""
+        import errno
+
+        from telemetry.sidecar.http_server import HTTPLimits, OTLPHTTPServer
+        from telemetry.sidecar.limits import ByteBudget
+
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+            limits = HTTPLimits(
+                max_body=1024,
+                budget=ByteBudget(1 << 20),
+                max_connections=4,
+                idle_timeout=1.0,
+                request_timeout=1.0,
+                verifier=None,
+            )
+            with pytest.raises(OSError) as raised:
+                OTLPHTTPServer(taken.getsockname(), lambda body, kind: None, limits, lambda: None)  # type: ignore[arg-type, return-value]
+        assert raised.value.errno == errno.EADDRINUSE

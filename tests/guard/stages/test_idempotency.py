@@ -74,6 +74,34 @@ class TestReplay:
         shop.guard.env.idempotency.claim(key, fingerprint, now=clock.now(), lease=60)
         assert session.execute("refund_order", refund_args()).code == "IN_PROGRESS"
 
+    def test_an_answer_while_a_twin_runs_says_the_outcome_is_unknown(
+        self, shop: ShopApp, clock: ManualClock
+    ) -> None:
+        """IN_PROGRESS is about an attempt that may still apply the write: its outcome is
+        ``unknown`` (with the holder's key, so its status can be looked up), never
+        ``not_applied``, on every repeat within the lease; nothing runs meanwhile."""
+        from guard.stages.base import digest
+        from guard.stages.idempotency import proposal_key
+
+        session = shop.session("s1", "CUS-1")
+        session.execute("get_order", order_args())
+        canonical = (
+            '{"order_id":"ORD-1001","amount_cents":2590,"currency":"BRL","reason":"damaged"}'
+        )
+        key = proposal_key("s1", "refund_order", canonical)
+        fingerprint = digest("refund_order", canonical)
+        shop.guard.env.idempotency.claim(key, fingerprint, now=clock.now(), lease=60)
+        answers = []
+        for _ in range(3):
+            answers.append(session.execute("refund_order", refund_args()))
+            clock.advance(10)
+        assert {(a.code, a.outcome, a.idempotency_key) for a in answers} == {
+            ("IN_PROGRESS", "unknown", key)
+        }
+        payload = answers[0].for_model()
+        assert (payload["outcome"], payload["idempotency_key"]) == ("unknown", key)
+        assert shop.backend.side_effects == 0
+
 
 class TestLoops:
     def test_identical_reads_beyond_the_limit(self, clock: ManualClock) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ConfigDict
 
-from guard import Effect, Guard, Outcome, Policy, Principal, RolePolicy, ToolContext, tool
+from guard import Effect, Guard, Outcome, Policy, Principal, Risk, RolePolicy, ToolContext, tool
 from guard.stages.base import digest
 from guard.stages.idempotency import proposal_key
 from guard.testing import ManualClock
@@ -167,3 +167,43 @@ class TestSettleStaleClaim:
         die_holding_the_claim(guard, clock)
         assert run(guard).code == "IN_PROGRESS"
         assert backend.checks == 0 and not backend.applied
+
+
+class TestSettleApproved:
+    def test_an_approved_actions_unknown_is_settled_under_its_approvals_key(self) -> None:
+        """An approved write timed out after the backend applied it under the approval's key;
+        the model re-proposing it gets the status check's answer about that key, named by
+        that key and approval, and so does every later replay (the soak found the proposal's
+        key reported, which the backend never saw); nothing runs twice."""
+        backend, clock = Backend(fail="after"), ManualClock()
+        asked: list[str] = []
+
+        def check(args: Pay, ctx: ToolContext) -> Outcome:
+            assert ctx.idempotency_key is not None
+            asked.append(ctx.idempotency_key)
+            return backend.status(ctx.idempotency_key)
+
+        @tool(arguments=Pay, effect=Effect.WRITE, risk=Risk.HIGH, idempotent_backend=False,
+              timeout=1.0, reconcile=check)  # fmt: skip
+        def pay(args: Pay, ctx: ToolContext) -> dict[str, Any]:
+            """Pay from an account."""
+            assert ctx.idempotency_key is not None
+            return backend.pay(ctx.idempotency_key)
+
+        policy = Policy(roles={"agent": RolePolicy(tools=frozenset({"pay"}))}, claim_lease=10.0)
+        guard = Guard(tools=[pay], policy=policy, clock=clock)
+        proposed = run(guard)
+        assert proposed.code == "CONFIRMATION_REQUIRED" and proposed.approval_id is not None
+        ran = guard.approve(proposed.approval_id, by="alice")
+        assert (ran.code, ran.outcome) == ("TIMEOUT", Outcome.UNKNOWN)
+        sent = backend.applied[0]
+        assert ran.idempotency_key == sent and sent.startswith("a_")
+        backend.fail = ""
+        settled = run(guard)
+        again = run(guard)
+        assert asked == [sent]
+        for answer in (settled, again):
+            assert (answer.ok, answer.outcome, answer.replayed) == (True, Outcome.APPLIED, True)
+            assert answer.idempotency_key == sent
+            assert answer.approval_id == proposed.approval_id
+        assert backend.applied == [sent]

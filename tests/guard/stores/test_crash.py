@@ -189,7 +189,7 @@ class TestRestartedHost:
         killed_mid_write(where, effects, dedupes=False)
         key = payments(effects)[0].split()[1]
         held = in_new_process(where, effects, dedupes=False, now=START + 1)
-        assert held[:3] == ("IN_PROGRESS", "not_applied", key)
+        assert held[:3] == ("IN_PROGRESS", "unknown", key)
         late = START + POLICY.claim_lease + 1
         after = in_new_process(where, effects, dedupes=False, now=late)
         assert after == ("TIMEOUT", "unknown", key, False)

@@ -6,6 +6,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from guard.codes import Code
 from guard.result import Outcome, ToolResult
@@ -236,6 +238,60 @@ APPLIED = '{"ok":true,"code":"OK","outcome":"applied"}'
 
 def locked(store: IdempotencyStore, key: str, *, now: float, take_stale: bool = False) -> Claim:
     return store.claim(key, "f", now=now, lease=LEASE, take_stale=take_stale, lock="lock")
+
+
+STEP = st.floats(min_value=0.001, max_value=1e7, allow_nan=False)
+FUZZ = settings(
+    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+
+
+class TestClockSteps:
+    """A claim stamped by a clock ahead of the reader's (or read by a clock that stepped back)
+    lasts no longer than the lease after its first reading, whatever the step."""
+
+    @FUZZ
+    @given(step=STEP, key=st.uuids())
+    def test_no_step_extends_a_claims_lease(
+        self, store: IdempotencyStore, step: float, key: object
+    ) -> None:
+        """Claimed at 1000 + step, read at 1000: in flight through 1000 + lease, stale after it
+        (STALE to a caller that may not take it, then taken), never in flight for the step."""
+        name = f"k-{key}"
+        store.claim(name, "f", now=1000.0 + step, lease=LEASE)
+        assert store.claim(name, "f", now=1000.0, lease=LEASE).state is ClaimState.IN_FLIGHT
+        assert store.claim(name, "f", now=1000.0 + LEASE, lease=LEASE).state is (
+            ClaimState.IN_FLIGHT
+        )
+        late = 1000.0 + LEASE + 0.5
+        assert store.claim(name, "f", now=late, lease=LEASE, take_stale=False).state is (
+            ClaimState.STALE
+        )
+        assert store.claim(name, "f", now=late, lease=LEASE).state is ClaimState.CLAIMED
+
+    @FUZZ
+    @given(step=STEP, key=st.uuids())
+    def test_no_step_extends_a_locks_lease(
+        self, store: IdempotencyStore, step: float, key: object
+    ) -> None:
+        """The actor's lock, taken by a clock ahead, holds another key off through the lease
+        after a slower clock first read it, then answers STALE with its holder."""
+        first, second, lock = f"a-{key}", f"b-{key}", f"l-{key}"
+        store.claim(first, "f", now=1000.0 + step, lease=LEASE, lock=lock)
+        held = store.claim(second, "f", now=1000.0, lease=LEASE, lock=lock)
+        assert held == Claim(state=ClaimState.IN_FLIGHT, holder=first)
+        late = store.claim(second, "f", now=1000.0 + LEASE + 0.5, lease=LEASE, lock=lock)
+        assert late == Claim(state=ClaimState.STALE, holder=first)
+
+    def test_a_claim_from_the_past_keeps_its_stamp(self, store: IdempotencyStore) -> None:
+        """A reader whose clock is ahead shortens nothing it should not: a claim read later
+        than it was made keeps its own stamp (stale at claimed_at + lease)."""
+        claim(store, now=0.0)
+        assert claim(store, now=LEASE / 2).state is ClaimState.IN_FLIGHT
+        assert claim(store, now=LEASE).state is ClaimState.IN_FLIGHT
+        assert store.claim("k", "f", now=LEASE + 0.5, lease=LEASE, take_stale=False).state is (
+            ClaimState.STALE
+        )
 
 
 class TestLock:
