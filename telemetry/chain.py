@@ -373,26 +373,42 @@ def _stitch(segments: list[_Segment], report: ChainReport) -> None:
         keyed = any(s.keyed for s in parts)
         seq: int | None = None
         prev = _ZERO
+        broken = False
         for segment in parts:
+            if broken:
+                # The chain's order is lost past its first problem, but a line that is bad in
+                # itself (edited, unkeyed among keyed lines) is bad wherever it sits: a later
+                # segment may stand earlier in the files (a forged line put before a file's own).
+                own = _own_problem(segment, keyed)
+                if own is not None:
+                    report.problems.append(own)
+                continue
             problem = _first_problem(segment, keyed, seq, prev)
             if problem is not None:
                 report.problems.append(problem)
-                break
+                broken = True
+                continue
             seq, prev = segment.last_seq, segment.last_mac
             report.chains[chain_id] = seq
 
 
-def _first_problem(
-    segment: _Segment, keyed_chain: bool, seq: int | None, prev: str
-) -> Problem | None:
-    """The segment's first problem, given the chain's last line before it (``seq``, ``prev``)."""
+def _own_problem(segment: _Segment, keyed_chain: bool) -> Problem | None:
+    """The segment's first problem that needs no line outside it: an edited or unlinked line, a
+    gap inside it, or an unkeyed line in a chain that holds keyed ones."""
     found = [segment.problem] if segment.problem is not None else []
     if keyed_chain and segment.first_unkeyed is not None:
         # A keyed line cannot be made without the key; an unkeyed one can be made by anyone.
         # So in a chain that holds both, the first unkeyed line is the first bad one.
         mixed = f"mixed: chain {segment.first.chain_id} holds keyed lines and this one is unkeyed"
         found.append(Problem(segment.path, segment.first_unkeyed, mixed))
-    early = min(found, key=lambda p: p.line) if found else None  # stable: the segment's first
+    return min(found, key=lambda p: p.line) if found else None  # stable: the segment's first
+
+
+def _first_problem(
+    segment: _Segment, keyed_chain: bool, seq: int | None, prev: str
+) -> Problem | None:
+    """The segment's first problem, given the chain's last line before it (``seq``, ``prev``)."""
+    early = _own_problem(segment, keyed_chain)
     if early is not None and early.line == segment.first_line:
         return early
     gap = _follows(seq, prev, segment.first)
