@@ -80,6 +80,22 @@ class TestSupported:
         with pytest.raises(ValidationError):
             validate(REFUND, {"order_id": "ORD-1", "amount_cents": "0"}, strict=False)
 
+    def test_property_names_pydantic_cannot_hold_keep_their_name_on_the_wire(self) -> None:
+        """A key like user-id, json or _private validates and is sent under its own name."""
+        schema = {
+            "type": "object",
+            "properties": {
+                "user-id": {"type": "integer"},
+                "json": {"type": "string"},
+                "_private": {"type": "boolean"},
+            },
+            "required": ["user-id", "json"],
+        }
+        sent = {"user-id": 7, "json": "x", "_private": True}
+        assert validate(schema, sent) == sent
+        with pytest.raises(ValidationError):
+            validate(schema, {"user_id": 7, "json": "x"})
+
 
 class TestRefused:
     """A keyword the translation does not understand refuses the tool, naming keyword and place."""
@@ -87,10 +103,6 @@ class TestRefused:
     @pytest.mark.parametrize(
         ("schema", "named"),
         [
-            (
-                {"type": "object", "properties": {"a": {"oneOf": [{"type": "string"}]}}},
-                "'oneOf' at /a",
-            ),
             ({"type": "object", "properties": {"a": {"type": "string", "not": {}}}}, "'not' at /a"),
             ({"type": "object", "additionalProperties": True}, "additionalProperties"),
             (
@@ -101,10 +113,9 @@ class TestRefused:
                 },
                 "recursive",
             ),
-            ({"type": "object", "properties": {"a": {}}}, "accepts anything"),
-            ({"type": "object", "properties": {"a": {"type": "array"}}}, "without items"),
             ({"type": "object", "properties": {"a": {"type": "string", "minimum": 1}}}, "minimum"),
             ({"type": "object", "patternProperties": {}}, "'patternProperties'"),
+            ({"type": "object", "properties": {"a": {"x-unknown": 1}}}, "'x-unknown' at /a"),
             ({"type": "array"}, "root"),
             ({"type": "object", "required": ["b"], "properties": {}}, "undeclared"),
         ],
