@@ -142,6 +142,11 @@ class TracerSink:
         )
 
     @property
+    def masker(self) -> Masker:
+        """The masker of its spans, for spans made beside the guard's (the gateway's reads)."""
+        return self._masker
+
+    @property
     def dropped(self) -> int:
         """Spans lost to a full queue (each dropped call counted as its call and stage spans)."""
         return self._dropped_calls
