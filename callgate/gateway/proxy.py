@@ -45,7 +45,7 @@ from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from opentelemetry import trace
 
 from telemetry import attributes as attr
-from telemetry.masking import Masker
+from telemetry.observer import TracerSink
 
 if TYPE_CHECKING:
     from mcp import Client
@@ -171,7 +171,10 @@ class _Proxy:
     def __init__(self, gateway: Gateway, identity: Identity) -> None:
         self.gateway = gateway
         self.identity = identity
-        self.tracer = trace.get_tracer("callgate.gateway")
+        # The read spans go where the guard's call spans go, masked with the same key.
+        sink = _tracing(gateway.observer)
+        self.tracer = sink.tracer if sink is not None else trace.get_tracer("callgate.gateway")
+        self.masker = sink.masker if sink is not None else None
 
     # -- resources --------------------------------------------------------------------------------
 
@@ -204,8 +207,8 @@ class _Proxy:
         principal, session_id = self.identity(ctx)
         with self.tracer.start_as_current_span("gateway.resource.read") as span:
             # Masked as the guard's call spans are, with the same key; unrecorded without one.
-            masker = getattr(self.gateway.observer, "masker", None)
-            if isinstance(masker, Masker):
+            masker = self.masker
+            if masker is not None:
                 span.set_attribute(attr.PRINCIPAL, masker.principal(principal))
                 span.set_attribute(attr.GEN_AI_CONVERSATION_ID, masker.identifier(session_id))
                 span.set_attribute("gateway.resource.uri", masker.mask_text(uri))
@@ -345,6 +348,14 @@ async def _relayed(upstream: Upstream, request: Awaitable[_T]) -> _T:
         raise
     except Exception as err:
         raise MCPError(types.INTERNAL_ERROR, f"upstream {upstream.name} failed: {err}") from err
+
+
+def _tracing(observer: Any) -> TracerSink | None:
+    """The observer's OpenTelemetry sink, if it has one."""
+    for sink in getattr(observer, "sinks", ()):
+        if isinstance(sink, TracerSink):
+            return sink
+    return None
 
 
 def _matches(value: str, patterns: tuple[str, ...]) -> bool:

@@ -14,8 +14,10 @@ import mcp_types as types
 import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from callgate.gateway import Gateway
+import telemetry
+from callgate.gateway import Gateway, parse_config, running
 from callgate.gateway.server import build_server
 from tests.gateway.clients import started
 
@@ -132,6 +134,31 @@ class TestResources:
                         await reader.read_resource("docs://pages/report")
 
         run(scenario)
+
+    def test_a_read_is_a_span_masked_like_the_guards(self, tmp_path: Path) -> None:
+        """gateway.resource.read carries the outcome and upstream; principal and URI are masked."""
+        exporter = InMemorySpanExporter()
+        handle = telemetry.configure(
+            trail=False, span_exporter=exporter, masking_key=b"test-key-0123456"
+        )
+        text_ = CONFIG.format(tmp=tmp_path)
+        config = parse_config(text_, tmp_path / "gateway.yaml")
+
+        async def scenario() -> None:
+            async with running(config, observer=handle.observer) as gw, client(gw) as bot:
+                await bot.read_resource("docs://pages/ana@example.com")
+                with pytest.raises(MCPError):
+                    await bot.read_resource("secret://key")
+
+        try:
+            run(scenario)
+        finally:
+            handle.shutdown()
+        reads = [s for s in exporter.get_finished_spans() if s.name == "gateway.resource.read"]
+        assert [dict(s.attributes or {})["guard.outcome"] for s in reads] == ["ok", "refused"]
+        first = dict(reads[0].attributes or {})
+        assert first["gateway.upstream"] == "lib"
+        assert "ana@example.com" not in str(first) and first["guard.principal"] != "bot"
 
 
 class TestPrompts:
