@@ -3,23 +3,29 @@ sampling, elicitation and roots refused."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx2
 import mcp_types as types
 import pytest
 from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import telemetry
 from callgate.gateway import Gateway, parse_config, running
+from callgate.gateway.demo import gateway_command
 from callgate.gateway.server import build_server
 from tests.gateway.clients import started
+from tests.gateway.conftest import free_port, wait_for_port
 
 CONFIG = """\
 store: {tmp}/gateway.db
@@ -88,6 +94,55 @@ class TestRelayed:
                 assert not result.is_error
 
         run(scenario)
+        assert progress == [1, 2, 3, 4]
+        assert logs == ["counted 1", "counted 2", "counted 3"]
+
+    @pytest.mark.parametrize("mode", ["legacy", "auto"])
+    def test_over_http_in_both_protocol_eras(self, tmp_path: Path, mode: str) -> None:
+        """Over streamable HTTP, handshake-era and 2026-07-28 clients get the same relays and reads."""
+        port = free_port()
+        config = tmp_path / "gateway.yaml"
+        config.write_text(
+            CONFIG.format(tmp=tmp_path)
+            + f"  http:\n    port: {port}\n    tokens:\n"
+            + "      - {token_env: GW_TOKEN_PROXY, principal: bot}\n"
+        )
+        command = gateway_command(config)
+        token = "proxy-token-0123456789"
+        process = subprocess.Popen(
+            [command.command, *command.args, "--transport", "http"],
+            cwd=str(tmp_path),
+            env={**os.environ, "GW_TOKEN_PROXY": token},
+            stderr=subprocess.DEVNULL,
+        )
+        progress: list[float] = []
+        logs: list[Any] = []
+
+        async def on_progress(value: float, total: float | None, message: str | None) -> None:
+            progress.append(value)
+
+        async def on_log(params: types.LoggingMessageNotificationParams) -> None:
+            logs.append(params.data)
+
+        async def scenario() -> str:
+            async with (
+                httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}) as http,
+                Client(
+                    streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=http),  # type: ignore[arg-type]
+                    mode=mode,  # type: ignore[arg-type]
+                    logging_callback=on_log,
+                    log_level="debug",
+                ) as c,
+            ):
+                await c.call_tool("lib_count", {}, progress_callback=on_progress)
+                return text(await c.read_resource("docs://readme"))
+
+        try:
+            wait_for_port(port, timeout=60)
+            assert anyio.run(scenario) == "read me first"
+        finally:
+            process.terminate()
+            process.wait(timeout=20)
         assert progress == [1, 2, 3, 4]
         assert logs == ["counted 1", "counted 2", "counted 3"]
 
