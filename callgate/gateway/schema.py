@@ -9,9 +9,12 @@ The guard's own schema stage does the validating, so the gateway only translates
    the string, number and array bounds, ``default``, ``nullable`` (OpenAPI), and the annotations
    that check nothing (``title``, ``description``, ``format``, ``discriminator``, ...).
 2. **Checked**: what a pydantic type approximates is also checked, exactly, by a JSON Schema
-   validator (``jsonschema``, draft 2020-12) on the call as sent: ``oneOf`` (exactly one),
-   ``uniqueItems``, ``multipleOf``, ``min/maxProperties``, ``propertyNames``,
-   ``dependentRequired``, ``contains``, an ``enum`` of non-string values, a schema without a type.
+   validator (``jsonschema``, draft 2020-12) on the value as it will be sent: ``oneOf`` (exactly
+   one, unless its options cannot overlap, as a discriminated union's cannot), ``uniqueItems``,
+   ``multipleOf``, ``min/maxProperties``, ``propertyNames``, ``dependentRequired``, ``contains``,
+   an ``enum`` of non-string values, a schema without a type. The check sits on the property that
+   needs it (the root's own keywords on the root), because jsonschema costs about a millisecond
+   for a whole SDK schema and tens of microseconds for one property.
    A call passes only if both agree, so nothing the upstream's schema forbids reaches it.
 3. **Refused** by name at startup (``UnsupportedSchema``), under ``strict: true`` (the default):
    keywords whose validity depends on combinations a typed model cannot hold (``not``,
@@ -33,15 +36,18 @@ rule), and ``5.0`` is not an integer (no coercion).
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, Union
 
 from jsonschema import Draft202012Validator
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
+    TypeAdapter,
     ValidationError,
     create_model,
     model_validator,
@@ -145,13 +151,12 @@ def model_from_schema(
         raise UnsupportedSchema(f"tool {name!r}: inputSchema is not an object")
     if schema.get("type", "object") != "object":
         raise UnsupportedSchema(f"tool {name!r}: the root of inputSchema must be type object")
-    strict_pass = _Translator(name, schema, extra="forbid", strict=strict)
-    model = strict_pass.root_model(_model_name(name), checked=True)
+    model = _Translator(name, schema, extra="forbid", strict=strict).root_model(_model_name(name))
     if strict:
         return model
     # The pre-pass only coerces and drops; the checks are the strict model's, after it.
-    lax = _Translator(name, schema, extra="ignore", strict=False)
-    return _relaxed(model, lax.root_model(_model_name(name), checked=False))
+    lax = _Translator(name, schema, extra="ignore", strict=False, checks=False)
+    return _relaxed(model, lax.root_model(_model_name(name)))
 
 
 class _Translator:
@@ -162,6 +167,7 @@ class _Translator:
         *,
         extra: Literal["forbid", "ignore"],
         strict: bool,
+        checks: bool = True,
     ) -> None:
         self.tool = tool
         self.root = root
@@ -173,20 +179,27 @@ class _Translator:
         }
         self.resolving: list[str] = []
         self.needs_check = False
-        """Set when some part is only approximated by its type: the root is checked whole."""
+        """Set while translating a property when some part of it is only approximated by its type:
+        that property's value is then checked against its schema (``_checked``)."""
+        self.checks = checks
+        """False for the relaxed pre-pass, which coerces and drops and leaves checking to the rest."""
 
     def refuse(self, path: str, reason: str) -> UnsupportedSchema:
         return UnsupportedSchema(f"tool {self.tool!r}: {reason} at {path or '/'} (not supported)")
 
-    def root_model(self, model_name: str, *, checked: bool) -> type[BaseModel]:
+    def root_model(self, model_name: str) -> type[BaseModel]:
         if stray := self.unsupported(self.root):
             self.untyped(self.root, "", f"keyword {stray!r}")
-        self.needs_check = self.needs_check or bool(_CHECKED & set(self.root))
+        own = self.needs_check or bool(_CHECKED & set(self.root))
         model = self.object_model(model_name, self.root, "", root=True)
-        if not (checked and self.needs_check):
+        if not (self.checks and own):
             return model
+        # The root's own keywords only: each property was checked, where needed, as a field.
+        names = {key: True for key in self.root.get("properties") or {}}
         validators: dict[str, Any] = {
-            "json_schema": model_validator(mode="after")(_class_check(self.root))
+            "json_schema": model_validator(mode="after")(
+                _class_check(self.with_defs({**self.root, "properties": names}))
+            )
         }
         whole: type[BaseModel] = create_model(
             model.__name__, __base__=model, __validators__=validators
@@ -203,11 +216,13 @@ class _Translator:
         required = set(schema.get("required") or ())
         if missing := required - set(properties):
             raise self.refuse(path, f"required names undeclared properties {sorted(missing)}")
-        if extra is not False:
-            self.needs_check = self.needs_check or extra is not True
         fields: dict[str, Any] = {}
+        outer = self.needs_check
         for index, (key, sub) in enumerate(properties.items()):
+            self.needs_check = False
             annotation, nullable = self.annotation(sub, f"{path}/{key}", f"{model_name}_{index}")
+            if self.needs_check and self.checks:
+                annotation = self.checked(annotation, sub)
             name, alias = key, None
             if not _IDENTIFIER.match(key) or key.startswith("_") or key in _RESERVED:
                 # pydantic cannot hold this name: the field gets another, the key is its alias
@@ -215,6 +230,9 @@ class _Translator:
                 while name in properties or name in fields:
                     name += "_"
             fields[name] = (annotation, self.field(sub, key in required, nullable, alias))
+        self.needs_check = outer
+        if extra is not False:
+            self.needs_check = self.needs_check or extra is not True
         # An object with properties is closed unless it says otherwise: the guard's rule.
         kept: Literal["forbid", "ignore", "allow"] = "allow" if extra is not False else self.extra
         model: type[BaseModel] = create_model(
@@ -276,8 +294,9 @@ class _Translator:
             return self.enumerated(schema["enum"], schema)
         for keyword in ("anyOf", "oneOf"):
             if keyword in schema:
-                # oneOf's "exactly one" is the root check's; the union types the value
-                self.needs_check = self.needs_check or keyword == "oneOf"
+                # oneOf's "exactly one" is checked unless the options cannot overlap
+                if keyword == "oneOf" and not self.exclusive(schema[keyword]):
+                    self.needs_check = True
                 return self.union(schema, keyword, path, model_name)
         kinds = schema.get("type")
         if kinds is None:
@@ -389,6 +408,56 @@ class _Translator:
         finally:
             self.resolving.pop()
 
+    def checked(self, annotation: Any, schema: Any) -> Any:
+        """``annotation`` whose validated value, as it will be sent, ``schema`` also accepts."""
+        adapter: TypeAdapter[Any] = TypeAdapter(annotation)
+        validator = Draft202012Validator(self.with_defs(schema))
+        openapi_null = isinstance(schema, Mapping) and schema.get("nullable") is True
+
+        def check(value: Any) -> Any:
+            if value is None and openapi_null:
+                return value
+            error = next(iter(validator.iter_errors(adapter.dump_python(value, mode="json"))), None)
+            if error is not None:
+                raise ValueError(_described(error))
+            return value
+
+        return Annotated[annotation, AfterValidator(check)]
+
+    def with_defs(self, schema: Any) -> Any:
+        """``schema`` standing alone: the root's definitions beside it, for its references."""
+        if not isinstance(schema, Mapping) or not self.defs:
+            return schema
+        return {"$defs": dict(self.defs), "definitions": dict(self.defs), **schema}
+
+    def exclusive(self, options: Any) -> bool:
+        """Whether no value can match two of ``options``: one const each on a shared required
+        property (a discriminated union), or distinct types no value has twice."""
+        if not isinstance(options, list):
+            return False
+        resolved = [self.resolved(option) for option in options]
+        if not all(isinstance(option, Mapping) for option in resolved):
+            return False
+        kinds = [option.get("type") for option in resolved]
+        if all(isinstance(kind, str) for kind in kinds) and len(set(kinds)) == len(kinds):
+            return not {"integer", "number"} <= set(kinds)
+        shared = set.intersection(*(set(o.get("required") or ()) for o in resolved))
+        for name in sorted(shared):
+            tags = [(o.get("properties") or {}).get(name) for o in resolved]
+            if all(isinstance(t, Mapping) and "const" in t for t in tags):
+                values = [json.dumps(t["const"], sort_keys=True) for t in tags]  # type: ignore[index]
+                if len(set(values)) == len(values):
+                    return True
+        return False
+
+    def resolved(self, schema: Any) -> Any:
+        for _ in range(10):
+            if not isinstance(schema, Mapping) or "$ref" not in schema:
+                return schema
+            name = str(schema["$ref"]).rsplit("/", 1)[-1]
+            schema = self.defs.get(name)
+        return None
+
     def unsupported(self, schema: Mapping[str, Any]) -> str | None:
         """The first keyword strict mode refuses (unknown, or one a typed model cannot hold)."""
         known = _KNOWN if self.strict else _KNOWN | _UNTYPED | set(schema)
@@ -410,22 +479,26 @@ def _for_kind(schema: Mapping[str, Any], kind: Any) -> dict[str, Any]:
     return {**{k: v for k, v in schema.items() if k not in others}, "type": kind}
 
 
-def _class_check(root: Mapping[str, Any]) -> Any:
-    """An after-validator: the arguments as they will be sent, checked against the whole schema.
+def _class_check(schema: Mapping[str, Any]) -> Any:
+    """An after-validator: the arguments as they will be sent, checked against ``schema``.
 
     After, not before: what is checked is exactly what the upstream receives (defaults filled,
     tuples as arrays), and a before-validator would turn JSON input into Python input."""
-    validator = Draft202012Validator(dict(root))
+    validator = Draft202012Validator(dict(schema))
 
     def check(value: BaseModel) -> BaseModel:
         sent = type(value).__pydantic_serializer__.to_python(value, mode="json")
         error = next(iter(validator.iter_errors(sent)), None)
         if error is not None:
-            where = "/" + "/".join(str(part) for part in error.absolute_path)
-            raise ValueError(f"at {where}: {_clip(error.message)}")
+            raise ValueError(_described(error))
         return value
 
     return check
+
+
+def _described(error: Any) -> str:
+    where = "".join(f"/{part}" for part in error.absolute_path)
+    return f"{_clip(error.message)} (at {where})" if where else _clip(error.message)
 
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")

@@ -96,6 +96,50 @@ class TestSupported:
         with pytest.raises(ValidationError):
             validate(schema, {"user_id": 7, "json": "x"})
 
+    @pytest.mark.parametrize(
+        ("schema", "good", "bad"),
+        [
+            (
+                {"type": "object", "properties": {"a": {"type": "integer"}}, "minProperties": 1},
+                {"a": 1},
+                {},
+            ),
+            (
+                {
+                    "type": "object",
+                    "properties": {
+                        "rows": {
+                            "type": "array",
+                            "items": {
+                                "type": "object",
+                                "properties": {
+                                    "tags": {"type": "array", "uniqueItems": True, "items": {}}
+                                },
+                            },
+                        }
+                    },
+                },
+                {"rows": [{"tags": [1, "1", True]}]},
+                {"rows": [{"tags": [1, 1.0]}]},
+            ),
+            (
+                {
+                    "type": "object",
+                    "properties": {"x": {"oneOf": [{"type": "integer"}, {"type": "number"}]}},
+                },
+                {"x": 1.5},
+                {"x": 2},
+            ),
+        ],
+    )
+    def test_checked_keywords_hold_at_the_root_and_deep_inside(
+        self, schema: dict[str, Any], good: dict[str, Any], bad: dict[str, Any]
+    ) -> None:
+        """minProperties at the root, uniqueItems in a list of objects, oneOf's exactly-one."""
+        assert validate(schema, good)
+        with pytest.raises(ValidationError):
+            validate(schema, bad)
+
 
 class TestRefused:
     """A keyword the translation does not understand refuses the tool, naming keyword and place."""
