@@ -18,6 +18,9 @@ Proxied, client to upstream, read-only and under each principal's allowlist (``r
 - ``prompts/list`` and ``prompts/get``, with the upstream's namespace on the name as for tools;
 - ``completion/complete`` for a prompt or a resource template the principal may use.
 
+A resource read or a prompt is text an upstream wrote, which the model then reads: it taints the
+guard session, as a tool with ``untrusted_output`` does, so a write that follows is gated.
+
 Refused by choice: an upstream's **sampling** (it would have the client's model write text for a
 party the guard does not trust, outside any tool call), **elicitation** (it would put questions to
 the human that the gateway did not ask, the channel approvals rely on) and **roots** (the client's
@@ -44,6 +47,7 @@ from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from opentelemetry import trace
 
+from guard.stages.policy import taint_key
 from telemetry import attributes as attr
 from telemetry.observer import TracerSink
 
@@ -222,6 +226,7 @@ class _Proxy:
             upstream, client = owner
             span.set_attribute("gateway.upstream", upstream.name)
             result = await _relayed(upstream, client.read_resource(uri))
+            self._seen_untrusted(principal, session_id)
             span.set_attribute(attr.OUTCOME, "ok")
             return result
 
@@ -259,7 +264,9 @@ class _Proxy:
         self, ctx: ServerRequestContext[Any, Any], params: types.GetPromptRequestParams
     ) -> types.GetPromptResult:
         upstream, client, name = await self._prompt(ctx, params.name)
-        return await _relayed(upstream, client.get_prompt(name, params.arguments))
+        result = await _relayed(upstream, client.get_prompt(name, params.arguments))
+        self._seen_untrusted(*self.identity(ctx))
+        return result
 
     async def complete(
         self, ctx: ServerRequestContext[Any, Any], params: types.CompleteRequestParams
@@ -307,6 +314,14 @@ class _Proxy:
         return types.EmptyResult()
 
     # -- shared -----------------------------------------------------------------------------------
+
+    def _seen_untrusted(self, principal: str, session_id: str) -> None:
+        """The model is about to read text an upstream wrote: the session is tainted, as after a
+        tool with ``untrusted_output``, so a write that follows is gated like one."""
+        guard = self.gateway.guards.get(principal)
+        ttl = guard.policy.session_ttl if guard is not None else 86_400.0
+        key = taint_key(session_id)
+        self.gateway.stores.counters.incr(key, now=self.gateway.now(), ttl=ttl)
 
     def _patterns(self, ctx: ServerRequestContext[Any, Any], kind: str) -> tuple[str, ...]:
         principal, _ = self.identity(ctx)

@@ -60,6 +60,12 @@ def report_link() -> list[types.ContentBlock]:
     return [types.ResourceLink(name="report", uri="docs://pages/report")]
 
 
+@app.tool(annotations=types.ToolAnnotations(destructive_hint=False))
+def save_note(text: str) -> str:
+    """A write that changes nothing irreversible (medium risk): runs unless the session is tainted."""
+    return f"saved {text}"
+
+
 class Reach(BaseModel):
     sampling: str
     elicitation: str

@@ -215,6 +215,24 @@ class TestResources:
         assert first["gateway.upstream"] == "lib"
         assert "ana@example.com" not in str(first) and first["guard.principal"] != "bot"
 
+    @pytest.mark.parametrize("read", ["resource", "prompt"])
+    def test_reading_upstream_text_taints_the_session(self, tmp_path: Path, read: str) -> None:
+        """A write runs before a resource read or a prompt, and waits for a human after one."""
+
+        async def scenario() -> list[str]:
+            async with gateway(tmp_path) as gw, client(gw) as bot:
+                before = await bot.call_tool("lib_save_note", {"text": "one"})
+                if read == "resource":
+                    await bot.read_resource("docs://readme")
+                else:
+                    await bot.get_prompt("lib_greet", {"name": "Ana"})
+                after = await bot.call_tool("lib_save_note", {"text": "two"})
+                return [str((r.structured_content or {}).get("code")) for r in (before, after)]
+
+        before, after = anyio.run(scenario)
+        assert before == "OK"
+        assert after in ("TAINTED_CONTEXT", "UNTRUSTED_VALUE"), after
+
 
 class TestPrompts:
     """Prompts and completions carry the upstream's namespace and follow the allowlist."""
