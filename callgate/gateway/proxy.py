@@ -231,20 +231,32 @@ class _Proxy:
             return result
 
     async def _owner(self, uri: str) -> tuple[Upstream, Client] | None:
-        """The upstream that listed ``uri``, returned it as a link, or has a template matching it."""
+        """The upstream that returned ``uri`` as a link, else the one upstream listing it or
+        declaring a template it matches; None when none does, or when several do (one upstream
+        must not answer for another's URI, as two may not offer one tool name)."""
         serving = await self._serving("resources")
         for upstream, client in serving:
             if uri in upstream.relays.links:
                 return upstream, client
-        for upstream, client in serving:
-            listed = await _all(client, "list_resources", "resources")
-            if any(str(resource.uri) == uri for resource in listed):
-                return upstream, client
-        for upstream, client in serving:
-            templates = await _all(client, "list_resource_templates", "resource_templates")
-            if any(_template(t.uri_template).fullmatch(uri) for t in templates):
-                return upstream, client
-        return None
+        listing = [
+            (upstream, client)
+            for upstream, client in serving
+            if any(str(r.uri) == uri for r in await _all(client, "list_resources", "resources"))
+        ]
+        if not listing:
+            listing = [
+                (upstream, client)
+                for upstream, client in serving
+                if any(
+                    _template(t.uri_template).fullmatch(uri)
+                    for t in await _all(client, "list_resource_templates", "resource_templates")
+                )
+            ]
+        if len(listing) > 1:
+            names = ", ".join(upstream.name for upstream, _ in listing)
+            log.warning("resource %s is offered by several upstreams (%s): refused", uri, names)
+            return None
+        return listing[0] if listing else None
 
     # -- prompts and completions ------------------------------------------------------------------
 

@@ -233,6 +233,25 @@ class TestResources:
         assert before == "OK"
         assert after in ("TAINTED_CONTEXT", "UNTRUSTED_VALUE"), after
 
+    def test_a_uri_two_upstreams_offer_is_read_from_neither(self, tmp_path: Path) -> None:
+        """One upstream cannot answer for another's URI: a shared URI or template is refused."""
+        text_ = CONFIG.format(tmp=tmp_path).replace(
+            "principals:",
+            "  lib2:\n    command: [python, -m, tests.gateway.proxy_upstream]\n"
+            "    namespace: lib2\n    connect_timeout: 30\nprincipals:",
+        )
+
+        async def scenario() -> None:
+            async with started(text_, tmp_path) as gw, client(gw) as bot:
+                for uri in ("docs://readme", "docs://pages/7"):
+                    with pytest.raises(MCPError) as refused:
+                        await bot.read_resource(uri)
+                    assert refused.value.code == -32002
+                await bot.call_tool("lib_report_link", {})  # lib returned it: lib answers
+                assert text(await bot.read_resource("docs://pages/report")) == "page report"
+
+        run(scenario)
+
 
 class TestPrompts:
     """Prompts and completions carry the upstream's namespace and follow the allowlist."""
