@@ -322,7 +322,8 @@ class _Proxy:
     async def set_level(
         self, ctx: ServerRequestContext[Any, Any], params: types.SetLevelRequestParams
     ) -> types.EmptyResult:
-        """Accepted: upstream messages are relayed as they come; the client's SDK filters them."""
+        """Accepted, not applied: a handshake-era client gets every level the upstream sends (a
+        2026-07-28 client's per-request opt-in level is applied by the SDK)."""
         return types.EmptyResult()
 
     # -- shared -----------------------------------------------------------------------------------
