@@ -36,22 +36,20 @@ rule), and ``5.0`` is not an integer (no coercion).
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, Union
 
-from jsonschema import Draft202012Validator
 from pydantic import (
-    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
-    TypeAdapter,
     ValidationError,
     create_model,
     model_validator,
 )
+
+from callgate.gateway._jsoncheck import exclusive, value_check, whole_check
 
 __all__ = ["UnsupportedSchema", "model_from_schema"]
 
@@ -198,7 +196,7 @@ class _Translator:
         names = {key: True for key in self.root.get("properties") or {}}
         validators: dict[str, Any] = {
             "json_schema": model_validator(mode="after")(
-                _class_check(self.with_defs({**self.root, "properties": names}))
+                whole_check(self.with_defs({**self.root, "properties": names}))
             )
         }
         whole: type[BaseModel] = create_model(
@@ -410,19 +408,7 @@ class _Translator:
 
     def checked(self, annotation: Any, schema: Any) -> Any:
         """``annotation`` whose validated value, as it will be sent, ``schema`` also accepts."""
-        adapter: TypeAdapter[Any] = TypeAdapter(annotation)
-        validator = Draft202012Validator(self.with_defs(schema))
-        openapi_null = isinstance(schema, Mapping) and schema.get("nullable") is True
-
-        def check(value: Any) -> Any:
-            if value is None and openapi_null:
-                return value
-            error = next(iter(validator.iter_errors(adapter.dump_python(value, mode="json"))), None)
-            if error is not None:
-                raise ValueError(_described(error))
-            return value
-
-        return Annotated[annotation, AfterValidator(check)]
+        return value_check(annotation, self.with_defs(schema), schema)
 
     def with_defs(self, schema: Any) -> Any:
         """``schema`` standing alone: the root's definitions beside it, for its references."""
@@ -431,32 +417,7 @@ class _Translator:
         return {"$defs": dict(self.defs), "definitions": dict(self.defs), **schema}
 
     def exclusive(self, options: Any) -> bool:
-        """Whether no value can match two of ``options``: one const each on a shared required
-        property (a discriminated union), or distinct types no value has twice."""
-        if not isinstance(options, list):
-            return False
-        resolved = [self.resolved(option) for option in options]
-        if not all(isinstance(option, Mapping) for option in resolved):
-            return False
-        kinds = [option.get("type") for option in resolved]
-        if all(isinstance(kind, str) for kind in kinds) and len(set(kinds)) == len(kinds):
-            return not {"integer", "number"} <= set(kinds)
-        shared = set.intersection(*(set(o.get("required") or ()) for o in resolved))
-        for name in sorted(shared):
-            tags = [(o.get("properties") or {}).get(name) for o in resolved]
-            if all(isinstance(t, Mapping) and "const" in t for t in tags):
-                values = [json.dumps(t["const"], sort_keys=True) for t in tags]  # type: ignore[index]
-                if len(set(values)) == len(values):
-                    return True
-        return False
-
-    def resolved(self, schema: Any) -> Any:
-        for _ in range(10):
-            if not isinstance(schema, Mapping) or "$ref" not in schema:
-                return schema
-            name = str(schema["$ref"]).rsplit("/", 1)[-1]
-            schema = self.defs.get(name)
-        return None
+        return exclusive(options, self.defs)
 
     def unsupported(self, schema: Mapping[str, Any]) -> str | None:
         """The first keyword strict mode refuses (unknown, or one a typed model cannot hold)."""
@@ -479,38 +440,12 @@ def _for_kind(schema: Mapping[str, Any], kind: Any) -> dict[str, Any]:
     return {**{k: v for k, v in schema.items() if k not in others}, "type": kind}
 
 
-def _class_check(schema: Mapping[str, Any]) -> Any:
-    """An after-validator: the arguments as they will be sent, checked against ``schema``.
-
-    After, not before: what is checked is exactly what the upstream receives (defaults filled,
-    tuples as arrays), and a before-validator would turn JSON input into Python input."""
-    validator = Draft202012Validator(dict(schema))
-
-    def check(value: BaseModel) -> BaseModel:
-        sent = type(value).__pydantic_serializer__.to_python(value, mode="json")
-        error = next(iter(validator.iter_errors(sent)), None)
-        if error is not None:
-            raise ValueError(_described(error))
-        return value
-
-    return check
-
-
-def _described(error: Any) -> str:
-    where = "".join(f"/{part}" for part in error.absolute_path)
-    return f"{_clip(error.message)} (at {where})" if where else _clip(error.message)
-
-
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _RESERVED = frozenset(dir(BaseModel))
 
 
 def _is_none(value: Any) -> bool:
     return value is None
-
-
-def _clip(text: str, limit: int = 200) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _model_name(tool: str) -> str:

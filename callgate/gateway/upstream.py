@@ -237,7 +237,7 @@ class Upstream:
                             transport,
                             message_handler=self._notified,
                             logging_callback=self.relays.logged,
-                            log_level="debug",  # relayed to the client, which filters them
+                            log_level="debug",  # every level: each client's own opt-in decides
                         )
                     )
                     ready.append(client)
