@@ -179,6 +179,16 @@ class TracerSink:
         )
 
     @property
+    def masker(self) -> Masker:
+        """The masker of its spans, for spans made beside the guard's (the gateway's reads)."""
+        return self._masker
+
+    @property
+    def tracer(self) -> trace.Tracer:
+        """The tracer its spans go to, for spans made beside the guard's."""
+        return self._tracer
+
+    @property
     def dropped(self) -> int:
         """Spans lost to a full queue (each dropped call counted as its call and stage spans)."""
         return self._dropped_calls

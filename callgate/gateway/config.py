@@ -188,6 +188,10 @@ class PrincipalConfig(_Model):
     scopes: Annotated[frozenset[str], BeforeValidator(lambda v: frozenset(v))] = frozenset()
     role: str | None = None
     """The policy role shown on spans; default: the principal's name."""
+    resources: Names = ()
+    """URI patterns (fnmatch: ``docs://*``, ``*``) of upstream resources it may list and read."""
+    prompts: Names = ()
+    """Downstream prompt names (fnmatch, ``*`` for all) it may list and get."""
 
 
 class TokenConfig(_Model):

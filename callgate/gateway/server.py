@@ -33,6 +33,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from callgate.gateway._json import RAW_ARGUMENTS_KEY
 from callgate.gateway.gateway import Gateway
+from callgate.gateway.proxy import handlers, logging_declared, relaying
 from callgate.gateway.questions import Question
 from guard import ToolResult
 from guard.approval_view import approval_question
@@ -94,7 +95,10 @@ def build_server(
         call_id = str(ctx.request_id) if ctx.request_id is not None else None
         raw = (params.meta or {}).get(RAW_ARGUMENTS_KEY)  # set only by the transport (_json)
         arguments = raw if isinstance(raw, str) else params.arguments
-        result = await gateway.call(principal, session_id, params.name, arguments, call_id=call_id)
+        with relaying(ctx):  # the upstream's progress and log messages reach this request
+            result = await gateway.call(
+                principal, session_id, params.name, arguments, call_id=call_id
+            )
         asked_already = params.request_state is not None  # the human cancelled: do not ask again
         if (
             not result.needs_human
@@ -131,7 +135,14 @@ def build_server(
         decided = await _apply(gateway, action, answer, principal)
         return render(decided if decided is not None else result)
 
-    return Server(name, version=_version(), on_list_tools=list_tools, on_call_tool=call_tool)
+    with logging_declared():
+        return Server(
+            name,
+            version=_version(),
+            on_list_tools=list_tools,
+            on_call_tool=call_tool,
+            **handlers(gateway, identity),  # resources, prompts, completions, logging (proxy)
+        )
 
 
 def _can_elicit(ctx: ServerRequestContext[Any, Any]) -> bool:

@@ -40,6 +40,7 @@ from mcp.shared.exceptions import MCPError
 from callgate.gateway._stdio import TooLarge, bounded_stdio_client, too_large
 from callgate.gateway._wire import watched
 from callgate.gateway.config import UpstreamConfig
+from callgate.gateway.proxy import Relays
 
 __all__ = ["TooLarge", "Upstream", "UpstreamLost", "UpstreamRefused"]
 
@@ -82,6 +83,8 @@ class Upstream:
         """Set when the current connection's read side has ended."""
         self.connects = 0
         """How many times a connection was made (1 after start; more after crashes)."""
+        self.relays = Relays(self.name)
+        """Progress and log messages to the client requests with a call in flight here (proxy)."""
 
     async def start(self, group: anyio.abc.TaskGroup) -> None:
         """Connect and list the tools; raises ``ConnectionError`` if the upstream cannot be reached."""
@@ -123,8 +126,13 @@ class Upstream:
         try:
             # The deadline is ours, not the SDK's: its REQUEST_TIMEOUT code is also an error an
             # upstream may answer with, which is a refusal, not a timeout.
-            with anyio.fail_after(timeout) if timeout is not None else nullcontext():
-                return await client.call_tool(name, arguments)
+            with (
+                anyio.fail_after(timeout) if timeout is not None else nullcontext(),
+                self.relays.during() as progress,
+            ):
+                result = await client.call_tool(name, arguments, progress_callback=progress)
+                self.relays.returned(result)
+                return result
         except TimeoutError:
             raise TimeoutError(f"{self.name} did not answer {name} in time") from None
         except MCPError as err:
@@ -161,6 +169,10 @@ class Upstream:
         with anyio.move_on_after(0.5):
             await ended.wait()
         return ended.is_set()
+
+    async def client(self) -> Client:
+        """The live client (reconnecting if needed), for what is proxied besides tools."""
+        return await self._ensure()
 
     async def relist(self) -> list[types.Tool]:
         """List the tools again (after a ``tools/list_changed`` notification, say)."""
@@ -221,7 +233,12 @@ class Upstream:
                 async with AsyncExitStack() as stack:
                     transport = watched(await self._target(stack), ended)
                     client = await stack.enter_async_context(
-                        Client(transport, message_handler=self._notified)
+                        Client(
+                            transport,
+                            message_handler=self._notified,
+                            logging_callback=self.relays.logged,
+                            log_level="debug",  # every level: each client's own opt-in decides
+                        )
                     )
                     ready.append(client)
                     started.set()

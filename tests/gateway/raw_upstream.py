@@ -28,10 +28,12 @@ TOOLS = [
     ),
     types.Tool(
         name="tagged",
-        description="A schema the gateway cannot honour (oneOf).",
+        description="A schema a typed model cannot hold (patternProperties).",
         input_schema={
             "type": "object",
-            "properties": {"tag": {"oneOf": [{"type": "string"}, {"type": "integer"}]}},
+            "properties": {
+                "tag": {"type": "object", "patternProperties": {"^x": {"type": "integer"}}}
+            },
         },
         annotations=types.ToolAnnotations(read_only_hint=True),
     ),
