@@ -231,7 +231,7 @@ class ExecuteStage:
             call.claimed = False
         if spec.record_field is not None:
             record = getattr(call.arguments, spec.record_field)
-            env.counters.incr(
+            env.counters.add(  # a mark that only ever admits: the store need not wait for it
                 seen_key(call.session_id, spec.name, record), now=now, ttl=policy.session_ttl
             )
         if spec.name in env.registry.kept:  # what later prerequisites of the session ask for

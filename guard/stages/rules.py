@@ -243,12 +243,12 @@ def remember(call: Call, env: Env, now: float) -> None:
     that ``SeenIn`` prerequisites ask for (the record itself is marked by the execute stage)."""
     spec, registry, ttl = call.spec, env.registry, env.policy.session_ttl
     assert spec is not None
-    counters, sid = env.counters, call.session_id
+    counters, sid = env.counters, call.session_id  # marks: ``add``, the store need not wait
     if spec.name in registry.runs_kept:
-        counters.incr(ran_key(sid, spec.name), now=now, ttl=ttl)
+        counters.add(ran_key(sid, spec.name), now=now, ttl=ttl)
     for path in registry.results_kept.get(spec.name, ()):
         for value in set(_values(call.result_data, path.split("."))):
-            counters.incr(value_key(sid, spec.name, path, value), now=now, ttl=ttl)
+            counters.add(value_key(sid, spec.name, path, value), now=now, ttl=ttl)
 
 
 def _values(data: Any, steps: list[str]) -> Iterator[str]:
