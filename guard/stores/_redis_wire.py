@@ -45,6 +45,8 @@ Arg = str | int | float | bytes
 class Script:
     """A Lua script as the server knows it: its body and the SHA-1 hash ``EVALSHA`` names."""
 
+    name: str
+    """What the log calls it when its reply, read late, is an error."""
     body: str
     sha: str = field(init=False)
 
@@ -76,7 +78,7 @@ class _Link:
     def __init__(self, conn: _Connection) -> None:
         self.conn = conn
         self.owed: list[str] = []
-        """What each reply not yet read answers (a script's first line), for the log."""
+        """The script each reply not yet read answers, for the log."""
         self.pid = os.getpid()
 
 
@@ -130,7 +132,7 @@ class RedisWire:
         except (redis.ConnectionError, redis.TimeoutError):
             self._drop(link)
             raise
-        link.owed.append(script.body.lstrip().split("\n", 1)[0])
+        link.owed.append(script.name)
 
     def settle(self) -> None:
         """Read every reply this thread's connection owes, so what was sent is applied."""

@@ -84,18 +84,18 @@ DEFAULT_GRACE = 3600.0
 _SCAN_BATCH = 500
 """Keys per SCAN step and per purge script call."""
 
-_CLAIM = Script(lua.CLAIM)
-_COMPLETE = Script(lua.COMPLETE)
-_RELEASE = Script(lua.RELEASE)
-_DEADLINE_PURGE = Script(lua.DEADLINE_PURGE)
-_INCR = Script(lua.INCR)
-_ADD_WITHIN = Script(lua.ADD_WITHIN)
-_RESET = Script(lua.RESET)
-_TALLY = Script(lua.TALLY)
-_APPROVAL_CREATE = Script(lua.APPROVAL_CREATE)
-_APPROVAL_DECIDE = Script(lua.APPROVAL_DECIDE)
-_APPROVAL_FIND_PENDING = Script(lua.APPROVAL_FIND_PENDING)
-_APPROVAL_PURGE = Script(lua.APPROVAL_PURGE)
+_CLAIM = Script("claim", lua.CLAIM)
+_COMPLETE = Script("complete", lua.COMPLETE)
+_RELEASE = Script("release", lua.RELEASE)
+_DEADLINE_PURGE = Script("deadline_purge", lua.DEADLINE_PURGE)
+_INCR = Script("incr", lua.INCR)
+_ADD_WITHIN = Script("add_within", lua.ADD_WITHIN)
+_RESET = Script("reset", lua.RESET)
+_TALLY = Script("tally", lua.TALLY)
+_APPROVAL_CREATE = Script("approval_create", lua.APPROVAL_CREATE)
+_APPROVAL_DECIDE = Script("approval_decide", lua.APPROVAL_DECIDE)
+_APPROVAL_FIND_PENDING = Script("approval_find_pending", lua.APPROVAL_FIND_PENDING)
+_APPROVAL_PURGE = Script("approval_purge", lua.APPROVAL_PURGE)
 
 
 def _text(value: bytes | str) -> str:
