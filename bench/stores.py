@@ -11,18 +11,22 @@ The redis-server is started by the script on a free 127.0.0.1 port, with the app
 backends alternate, ``--rounds`` times, so load from elsewhere on the machine falls on all of
 them; the table shows each backend's median over its blocks and its ratio to memory.
 
-Run: ``python bench/stores.py`` (``--calls 2000 --rounds 3`` by default). To compare two trees,
-run it with each on ``PYTHONPATH``: the memory and SQLite rows are the same-run baselines.
+Run: ``python bench/stores.py`` (``--calls 2000 --rounds 3`` by default). Every block runs in a
+fresh interpreter; ``--trees OLD NEW`` imports the guard from each source tree in turn (blocks
+alternating), so a change is measured against the code before it in the same run, beside the
+memory and SQLite baselines.
 """
 
 from __future__ import annotations
 
 import argparse
 import multiprocessing
+import os
 import shutil
 import socket
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -172,41 +176,82 @@ def redis_server(home: Path) -> Iterator[str]:
         server.wait(timeout=10)
 
 
+def _block(
+    tree: str | None, backend: str, where: str, path: str, n: int, calls: int, tag: str
+) -> float:
+    """One block in a fresh interpreter importing the guard from ``tree`` (None: this one's path)."""
+    env = dict(os.environ)
+    if tree is not None:
+        env["PYTHONPATH"] = tree
+    argv = [sys.executable, __file__, "--block", backend, where or "-", path, str(n), str(calls)]
+    done = subprocess.run([*argv, tag], env=env, capture_output=True, text=True, timeout=1800)
+    if done.returncode != 0:
+        raise RuntimeError(f"block {backend}/{path} on {tree} failed:\n{done.stderr}")
+    return float(done.stdout.split()[-1])
+
+
+def _run_block(argv: list[str]) -> None:
+    """``--block BACKEND WHERE PATH PROCESSES CALLS TAG``: print one block's calls per second."""
+    backend, where, path, n, calls, tag = argv
+    where = "" if where == "-" else where
+    if int(n) == 1:
+        with _stores(backend, where) as stores:
+            print(_rate(stores, path, int(calls), tag))
+    else:
+        print(_rate_processes(backend, where, path, int(calls), int(n), tag))
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["--block"]:
+        _run_block(sys.argv[2:])
+        return
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--calls", type=int, default=2000, help="calls per block and process")
     parser.add_argument("--rounds", type=int, default=3, help="blocks per backend and path")
     parser.add_argument("--processes", type=int, nargs="+", default=[1, 2])
+    parser.add_argument(
+        "--trees",
+        nargs="+",
+        default=[None],
+        help="source trees to import the guard from, blocks alternating (e.g. a checkout of the "
+        "previous release, then this one); default: this interpreter's path",
+    )
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp, redis_server(Path(tmp)) as url:
         where = {"memory": "", "sqlite": str(Path(tmp) / "bench.db"), "redis": url}
-        rates: dict[tuple[str, str, int], list[float]] = {}
+        rates: dict[tuple[str | None, str, str, int], list[float]] = {}
         for round_ in range(args.rounds):
             for n in args.processes:
                 for path in PATHS:
-                    for backend in where:  # alternating: load elsewhere falls on every backend
-                        tag = f"r{round_}-{n}-{path}-{backend}"
-                        if n == 1:
-                            with _stores(backend, where[backend]) as stores:
-                                rate = _rate(stores, path, args.calls, tag)
-                        else:
-                            rate = _rate_processes(
-                                backend, where[backend], path, args.calls, n, tag
-                            )
-                        rates.setdefault((backend, path, n), []).append(rate)
+                    # Alternating blocks: load from elsewhere falls on every tree and backend.
+                    for tree in args.trees:
+                        for backend in where:
+                            tag = f"t{args.trees.index(tree)}-r{round_}-{n}-{path}-{backend}"
+                            rate = _block(tree, backend, where[backend], path, n, args.calls, tag)
+                            rates.setdefault((tree, backend, path, n), []).append(rate)
     _print(rates, args)
 
 
-def _print(rates: dict[tuple[str, str, int], list[float]], args: Any) -> None:
+def _print(rates: dict[tuple[str | None, str, str, int], list[float]], args: Any) -> None:
     print(f"calls per block and process: {args.calls}; blocks per row: {args.rounds}")
-    print(f"{'backend':8} {'procs':>5} {'path':16} {'calls/s':>9} {'vs memory':>9}")
+    first = args.trees[0]
+    print(
+        f"{'tree':14} {'backend':8} {'procs':>5} {'path':16} {'calls/s':>9} {'vs memory':>9} "
+        f"{'vs tree 1':>9}"
+    )
     for n in args.processes:
         for path in PATHS:
-            memory = statistics.median(rates[("memory", path, n)])
-            for backend in ("memory", "sqlite", "redis"):
-                rate = statistics.median(rates[(backend, path, n)])
-                print(f"{backend:8} {n:5} {path:16} {rate:9.0f} {rate / memory:8.2f}x")
+            for tree in args.trees:
+                memory = statistics.median(rates[(tree, "memory", path, n)])
+                for backend in ("memory", "sqlite", "redis"):
+                    rate = statistics.median(rates[(tree, backend, path, n)])
+                    base = statistics.median(rates[(first, backend, path, n)])
+                    label = "this" if tree is None else Path(tree).name
+                    print(
+                        f"{label:14} {backend:8} {n:5} {path:16} {rate:9.0f} "
+                        f"{rate / memory:8.2f}x {rate / base:8.2f}x"
+                    )
 
 
 if __name__ == "__main__":
