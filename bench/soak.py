@@ -279,6 +279,7 @@ class Run:
             "seed": str(args.seed),
             "rate": str(args.rate), "otlp": f"http://127.0.0.1:{args.sidecar_port}/v1/traces",
             "store": args.store, "redis-url": f"redis://127.0.0.1:{args.redis_port}/0",
+            "redis-volatile": "yes" if args.redis_volatile else "no",
         }  # fmt: skip
         self.agents = [procs.agent(home, i, options) for i in range(args.agents)]
         for proc in self.agents:

@@ -141,7 +141,9 @@ class Agent:
         if args.store == "redis":
             from guard.stores.redis import open_redis_stores
 
-            self.stores = open_redis_stores(args.redis_url, prefix="soak:")
+            # --redis-volatile shows what a server without persistence loses: opened knowingly.
+            volatile = args.redis_volatile == "yes"
+            self.stores = open_redis_stores(args.redis_url, prefix="soak:", allow_volatile=volatile)
         else:
             self.stores = open_sqlite_stores(home / "guard.db", busy_timeout=30.0)
         self.guard = Guard(
@@ -295,6 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--otlp", required=True, help="the sidecar's OTLP/HTTP traces URL")
     parser.add_argument("--store", choices=("sqlite", "redis"), default="sqlite")
     parser.add_argument("--redis-url", default="")
+    parser.add_argument("--redis-volatile", choices=("yes", "no"), default="no")
     args = parser.parse_args(argv)
     agent = Agent(args)
     try:

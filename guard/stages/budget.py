@@ -30,7 +30,9 @@ class BudgetStage:
                 "The service is at capacity and cannot start this conversation's tools. Nothing "
                 "was done. Do not retry; tell the user to try again later.",
             )
-        call.step = counters.incr(steps, now=now, ttl=ttl)
+        # The streak is read with the step count (one round trip on Redis); it is used only once
+        # the ceilings below let the call through, and reading it changes nothing.
+        call.step, streak = counters.tally([(steps, ttl)], now=now, reads=(f"invalid:{sid}",))
         if call.step > policy.max_steps_per_session:
             return reject(call, Code.STEP_LIMIT, _STOP + " This session used all its tool calls.")
         if call.turns_marked:  # a host that never marks turns gets the session ceiling only
@@ -44,7 +46,7 @@ class BudgetStage:
                 return reject(
                     call, Code.RATE_LIMITED, "Too many tool calls too fast; wait, then retry once."
                 )
-        call.invalid_streak = counters.get(f"invalid:{sid}", now=now)
+        call.invalid_streak = streak
         if call.invalid_streak >= policy.max_invalid_in_a_row:
             return reject(
                 call,

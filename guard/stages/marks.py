@@ -63,7 +63,7 @@ class RecentMarks:
         fresh = set(done)
         for suffix in suffixes:
             if suffix not in fresh:
-                counters.incr(prefix + suffix, now=now, ttl=ttl)
+                counters.add(prefix + suffix, now=now, ttl=ttl)  # admits only: no need to wait
                 fresh.add(suffix)  # after the write: one that failed (StoreFull) is not skipped
                 written[prefix] = (since, fresh)
         if len(written) > self._per_session:

@@ -33,6 +33,8 @@ __all__ = [
     "DEADLINE_PURGE",
     "INCR",
     "RELEASE",
+    "RESET",
+    "TALLY",
 ]
 
 # KEYS[1] record, KEYS[2] the lock it takes (optional); ARGV fingerprint, now, lease, expires_at
@@ -132,6 +134,11 @@ end
 """
 )
 
+# KEYS[1] counter. A script, not a plain DEL, so it can be sent unawaited as EVAL like the others.
+RESET = """
+redis.call('DEL', KEYS[1])
+"""
+
 # KEYS the records to check; ARGV now. Deletes those whose ``expires_at`` passed; returns how many.
 # Used by the idempotency and counter stores, whose records share the field name.
 DEADLINE_PURGE = """
@@ -146,18 +153,49 @@ end
 return removed
 """
 
-# KEYS[1] counter; ARGV amount, now, expires_at (= now + ttl), ttl_ms. Returns the new value.
-# An expired counter restarts from zero, as if purged. HINCRBY keeps 64-bit integers exact.
-INCR = """
-local deadline = redis.call('HGET', KEYS[1], 'expires_at')
-if not deadline or tonumber(deadline) < tonumber(ARGV[2]) then
-    redis.call('HSET', KEYS[1], 'value', 0)
+# Add to a counter: an expired one restarts from zero, as if purged. Returns the new value as
+# text: HINCRBY keeps 64-bit integers exact in the hash, but its reply reaches Lua as a double,
+# which rounds past 2**53 (returning it rounded was a defect of the first INCR).
+_BUMP = """
+local function bump(key, amount, now, expires_at, ttl_ms)
+    local deadline = redis.call('HGET', key, 'expires_at')
+    if not deadline or tonumber(deadline) < now then
+        redis.call('HSET', key, 'value', 0)
+    end
+    redis.call('HINCRBY', key, 'value', amount)
+    redis.call('HSET', key, 'expires_at', expires_at)
+    redis.call('PEXPIRE', key, ttl_ms)
+    return redis.call('HGET', key, 'value')
 end
-local value = redis.call('HINCRBY', KEYS[1], 'value', ARGV[1])
-redis.call('HSET', KEYS[1], 'expires_at', ARGV[3])
-redis.call('PEXPIRE', KEYS[1], ARGV[4])
-return value
 """
+
+# KEYS[1] counter; ARGV amount, now, expires_at (= now + ttl), ttl_ms. Returns the new value (text).
+INCR = (
+    _BUMP
+    + """
+return bump(KEYS[1], ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4])
+"""
+)
+
+# KEYS the counters to add to, then those to read; ARGV how many to add to, now, then amount,
+# expires_at and ttl_ms per counter added to. Returns the new values, then the values read (0
+# when absent or expired), in KEYS order: all as text, so 64-bit values stay exact.
+TALLY = (
+    _BUMP
+    + """
+local added, now = tonumber(ARGV[1]), tonumber(ARGV[2])
+local out = {}
+for i = 1, added do
+    local at = 3 * i
+    out[i] = bump(KEYS[i], ARGV[at], now, ARGV[at + 1], ARGV[at + 2])
+end
+for i = added + 1, #KEYS do
+    local rec = redis.call('HMGET', KEYS[i], 'value', 'expires_at')
+    if rec[1] and rec[2] and tonumber(rec[2]) >= now then out[i] = rec[1] else out[i] = 0 end
+end
+return out
+"""
+)
 
 # KEYS[1] counter; ARGV amount, limit, now, expires_at, ttl_ms. Returns 1 if added, else 0;
 # a refusal leaves value and expiry untouched.

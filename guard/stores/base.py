@@ -7,6 +7,7 @@ Each protocol has an in-memory implementation (one process, bounded by expiry), 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from enum import StrEnum
 from typing import Protocol
@@ -242,6 +243,18 @@ class CounterStore(Protocol):
         """Add ``amount`` (creating the counter at 0) and return the new value; expiry is reset.
 
         May raise ``StoreFull`` for a new key (memory store at its cap); never evicts another."""
+
+    def add(self, key: str, amount: int = 1, *, now: float, ttl: float) -> None:
+        """``incr`` for a caller that does not need the new value. A store may send it without
+        waiting for the answer (Redis: with the next command of the same thread), so a failure may
+        only be logged: callers use it for marks whose absence refuses, never admits, a call (the
+        records and runs prerequisites ask for), and never for a taint mark or a limit."""
+
+    def tally(
+        self, incrs: Sequence[tuple[str, float]], *, now: float, reads: Sequence[str] = ()
+    ) -> list[int]:
+        """Add 1 to each ``(key, ttl)`` of ``incrs``, then read each key of ``reads``, in one step
+        (one round trip on Redis): the new values, then the values read, in that order."""
 
     def get(self, key: str, *, now: float) -> int:
         """The current value; 0 if absent or expired."""

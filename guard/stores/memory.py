@@ -21,6 +21,7 @@ limit or run a write twice. The counter store also refuses new *sessions* earlie
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from heapq import heappop, heappush
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
@@ -431,6 +432,15 @@ class MemoryCounterStore(_ExpiringMap[_Counter]):
             counter.value = amount if counter.expires_at < now else counter.value + amount
             counter.expires_at = now + ttl
             return counter.value
+
+    def add(self, key: str, amount: int = 1, *, now: float, ttl: float) -> None:
+        self.incr(key, amount, now=now, ttl=ttl)
+
+    def tally(
+        self, incrs: Sequence[tuple[str, float]], *, now: float, reads: Sequence[str] = ()
+    ) -> list[int]:
+        values = [self.incr(key, now=now, ttl=ttl) for key, ttl in incrs]
+        return values + [self.get(key, now=now) for key in reads]
 
     def get(self, key: str, *, now: float) -> int:
         with self._lock:

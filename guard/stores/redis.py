@@ -6,8 +6,14 @@ this module, so the rest of the guard works without it.
 How the guarantees are kept:
 
 - **Atomic read-decide-write**: every operation that reads before it writes (claims, decisions,
-  counters) is one Lua script (``guard.stores._redis_lua``), registered once per store with
-  ``register_script`` and run by its hash, so no two hosts can both see a key free and take it.
+  counters) is one Lua script (``guard.stores._redis_lua``), run by its hash (``EVALSHA``, with
+  ``EVAL`` when the server answers ``NOSCRIPT``), so no two hosts can both see a key free and
+  take it. Every store operation is one command: one round trip.
+- **Writes nobody waits for**: ``complete``, ``release`` and ``reset`` return nothing, and a
+  failure of any of them is safe to learn late (a claim left in flight goes stale and refuses
+  repeats; a counter left in place only refuses more), so they are sent without waiting and their
+  replies read with the next command of the same thread (``guard.stores._redis_wire``): a guard
+  call's last writes ride with the next call's first read.
 - **The caller's clock**: deadlines are stored as fields and compared with the ``now`` each call
   passes, exactly as the memory and SQLite stores do; Redis's own clock never decides an answer.
 - **Bounded memory**: each key also carries a Redis TTL of its remaining life plus ``grace``
@@ -33,8 +39,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from guard.errors import ConfigurationError
 from guard.stores import _redis_lua as lua
+from guard.stores._redis_server import refuse_eviction, refuse_volatile
+from guard.stores._redis_wire import RedisWire, Script, wire_of
 from guard.stores._rules import (
     CLAIMED,
     CONFLICT,
@@ -77,6 +84,19 @@ DEFAULT_GRACE = 3600.0
 _SCAN_BATCH = 500
 """Keys per SCAN step and per purge script call."""
 
+_CLAIM = Script("claim", lua.CLAIM)
+_COMPLETE = Script("complete", lua.COMPLETE)
+_RELEASE = Script("release", lua.RELEASE)
+_DEADLINE_PURGE = Script("deadline_purge", lua.DEADLINE_PURGE)
+_INCR = Script("incr", lua.INCR)
+_ADD_WITHIN = Script("add_within", lua.ADD_WITHIN)
+_RESET = Script("reset", lua.RESET)
+_TALLY = Script("tally", lua.TALLY)
+_APPROVAL_CREATE = Script("approval_create", lua.APPROVAL_CREATE)
+_APPROVAL_DECIDE = Script("approval_decide", lua.APPROVAL_DECIDE)
+_APPROVAL_FIND_PENDING = Script("approval_find_pending", lua.APPROVAL_FIND_PENDING)
+_APPROVAL_PURGE = Script("approval_purge", lua.APPROVAL_PURGE)
+
 
 def _text(value: bytes | str) -> str:
     """Replies are bytes unless the client was made with ``decode_responses=True``."""
@@ -111,6 +131,7 @@ class _RedisStore:
         if grace < 0:
             raise ValueError(f"grace must not be negative, got {grace}")
         self._client = client
+        self._wire: RedisWire = wire_of(client)
         self._prefix = prefix
         self._keys = f"{prefix}{self._NAMESPACE}:"
         self._grace = grace
@@ -120,6 +141,7 @@ class _RedisStore:
 
     def _scan(self) -> Iterator[list[str]]:
         """This store's keys, in batches; keys that appear or vanish meanwhile may be missed."""
+        self._wire.settle()  # the scan runs on another connection: what this thread sent first
         batch: list[str] = []
         pattern = _glob_escape(self._keys) + "*"
         for key in self._client.scan_iter(match=pattern, count=_SCAN_BATCH):
@@ -140,10 +162,6 @@ class RedisIdempotencyStore(_RedisStore):
         self, client: redis.Redis, *, prefix: str = DEFAULT_PREFIX, grace: float = DEFAULT_GRACE
     ) -> None:
         super().__init__(client, prefix=prefix, grace=grace)
-        self._claim = client.register_script(lua.CLAIM)
-        self._complete = client.register_script(lua.COMPLETE)
-        self._release = client.register_script(lua.RELEASE)
-        self._purge = client.register_script(lua.DEADLINE_PURGE)
 
     def claim(
         self,
@@ -159,7 +177,7 @@ class RedisIdempotencyStore(_RedisStore):
         args = [fingerprint, repr(now), repr(lease), repr(expires_at)]
         ttl_ms = _ttl_ms(expires_at, now, self._grace)
         keys = [self._key(key)] if lock is None else [self._key(key), self._key(lock)]
-        reply = self._claim(keys=keys, args=[*args, ttl_ms, int(take_stale), key])
+        reply = self._wire.run(_CLAIM, keys, [*args, ttl_ms, int(take_stale), key])
         state, holder = ClaimState(_text(reply[0])), _text(reply[2])
         if state is ClaimState.COMPLETED:
             return Claim(state=state, result=_text(reply[1]), holder=holder or None)
@@ -171,17 +189,21 @@ class RedisIdempotencyStore(_RedisStore):
         expires_at = now + ttl
         ttl_ms = _ttl_ms(expires_at, now, self._grace)
         args: list[str | int] = [fingerprint, result, repr(now), repr(expires_at), ttl_ms, key]
-        self._complete(keys=[self._key(key)], args=args)
+        # Sent, not awaited: should recording fail, the claim stays in flight and goes stale, so a
+        # repeat is refused (IN_PROGRESS, then an unknown outcome), never run a second time.
+        self._wire.send(_COMPLETE, [self._key(key)], args)
 
     def release(self, key: str) -> None:
-        self._release(keys=[self._key(key)], args=[key])
+        # Sent, not awaited: a release that fails leaves the claim to go stale, as above.
+        self._wire.send(_RELEASE, [self._key(key)], [key])
 
     def purge(self, now: float) -> int:
         """Delete expired entries Redis has not expired itself; returns how many (may be 0)."""
-        return sum(int(self._purge(keys=batch, args=[repr(now)])) for batch in self._scan())
+        purge = self._wire.run
+        return sum(int(purge(_DEADLINE_PURGE, batch, [repr(now)])) for batch in self._scan())
 
     def record(self, key: str) -> KeyRecord | None:
-        return self._key_record(key, self._client.hmget(self._key(key), _RECORD_FIELDS))
+        return self._key_record(key, self._wire.command("HMGET", self._key(key), *_RECORD_FIELDS))
 
     def unknown(self, *, now: float) -> list[KeyRecord]:
         # A SCAN of this store's keys, not an index set: keys end by Redis's own expiry, which no
@@ -261,6 +283,13 @@ def _approval(fields: dict[str, str]) -> PendingAction:
     return PendingAction(**values)
 
 
+def _fields(reply: dict[Any, Any] | Sequence[bytes | str]) -> dict[str, str]:
+    """An ``HGETALL`` reply (a flat list in RESP2, a map in RESP3) as a dict of text."""
+    if isinstance(reply, dict):
+        return {_text(k): _text(v) for k, v in reply.items()}
+    return _from_pairs(reply)
+
+
 def _from_pairs(reply: Sequence[bytes | str]) -> dict[str, str]:
     """A script's ``HGETALL`` reply (a flat list) as a dict."""
     items = [_text(item) for item in reply]
@@ -283,38 +312,35 @@ class RedisApprovalStore(_RedisStore):
         super().__init__(client, prefix=prefix, grace=grace)
         self._retention = retention
         self._index = f"{prefix}proposal:"
-        self._create = client.register_script(lua.APPROVAL_CREATE)
-        self._decide = client.register_script(lua.APPROVAL_DECIDE)
-        self._find_pending = client.register_script(lua.APPROVAL_FIND_PENDING)
-        self._purge = client.register_script(lua.APPROVAL_PURGE)
 
     def create(self, action: PendingAction) -> None:
         keys = [self._key(action.id), self._index + action.proposal_key]
         args = [action.id, repr(action.created_at), repr(self._retention), repr(self._grace)]
-        if not self._create(keys=keys, args=[*args, *_approval_fields(action)]):
+        if not self._wire.run(_APPROVAL_CREATE, keys, [*args, *_approval_fields(action)]):
             raise ValueError(f"approval id {action.id!r} already exists")
 
     def get(self, approval_id: str) -> PendingAction | None:
-        fields = self._client.hgetall(self._key(approval_id))
+        fields = self._wire.command("HGETALL", self._key(approval_id))
         if not fields:
             return None
-        return _approval({_text(k): _text(v) for k, v in fields.items()})
+        return _approval(_fields(fields))
 
     def ids(self) -> list[str]:
         start = len(self._keys)
         return [key[start:] for batch in self._scan() for key in batch]
 
     def find_pending(self, proposal_key: str, *, now: float) -> PendingAction | None:
-        reply = self._find_pending(keys=[self._index + proposal_key], args=[repr(now), self._keys])
+        keys, args = [self._index + proposal_key], [repr(now), self._keys]
+        reply = self._wire.run(_APPROVAL_FIND_PENDING, keys, args)
         return None if reply is None else _approval(_from_pairs(reply))
 
     def filed(self, proposal_key: str) -> list[PendingAction]:
-        ids = [_text(i) for i in self._client.lrange(self._index + proposal_key, 0, -1)]
+        ids = self._wire.command("LRANGE", self._index + proposal_key, 0, -1)
         found = []
         for approval_id in ids:
-            fields = self._client.hgetall(self._key(approval_id))
+            fields = self._wire.command("HGETALL", self._key(_text(approval_id)))
             if fields:  # Redis may have expired the action before its index entry
-                found.append(_approval({_text(k): _text(v) for k, v in fields.items()}))
+                found.append(_approval(_fields(fields)))
         return found
 
     def decide(
@@ -328,13 +354,13 @@ class RedisApprovalStore(_RedisStore):
             self._index,
             repr(self._grace),
         ]
-        reply = self._decide(keys=[self._key(approval_id)], args=args)
+        reply = self._wire.run(_APPROVAL_DECIDE, [self._key(approval_id)], args)
         return None if reply is None else _approval(_from_pairs(reply))
 
     def purge(self, now: float) -> int:
         """Delete actions past retention that Redis has not expired itself (may return 0)."""
         args = [repr(now), repr(self._retention), self._index]
-        return sum(int(self._purge(keys=batch, args=args)) for batch in self._scan())
+        return sum(int(self._wire.run(_APPROVAL_PURGE, batch, args)) for batch in self._scan())
 
 
 class RedisCounterStore(_RedisStore):
@@ -346,9 +372,6 @@ class RedisCounterStore(_RedisStore):
         self, client: redis.Redis, *, prefix: str = DEFAULT_PREFIX, grace: float = DEFAULT_GRACE
     ) -> None:
         super().__init__(client, prefix=prefix, grace=grace)
-        self._incr = client.register_script(lua.INCR)
-        self._add_within = client.register_script(lua.ADD_WITHIN)
-        self._purge = client.register_script(lua.DEADLINE_PURGE)
 
     def admits(self, key: str, *, now: float) -> bool:
         """Always: the server must be set not to evict (``open_redis_stores`` checks), and at its
@@ -359,26 +382,43 @@ class RedisCounterStore(_RedisStore):
         expires_at = now + ttl
         ttl_ms = _ttl_ms(expires_at, now, self._grace)
         args: list[str | int] = [amount, repr(now), repr(expires_at), ttl_ms]
-        return int(self._incr(keys=[self._key(key)], args=args))
+        return int(self._wire.run(_INCR, [self._key(key)], args))
+
+    def add(self, key: str, amount: int = 1, *, now: float, ttl: float) -> None:
+        expires_at = now + ttl
+        ttl_ms = _ttl_ms(expires_at, now, self._grace)
+        self._wire.send(_INCR, [self._key(key)], [amount, repr(now), repr(expires_at), ttl_ms])
+
+    def tally(
+        self, incrs: Sequence[tuple[str, float]], *, now: float, reads: Sequence[str] = ()
+    ) -> list[int]:
+        keys = [self._key(key) for key, _ in incrs] + [self._key(key) for key in reads]
+        args: list[str | int] = [len(incrs), repr(now)]
+        for _, ttl in incrs:
+            expires_at = now + ttl
+            args += [1, repr(expires_at), _ttl_ms(expires_at, now, self._grace)]
+        return [int(value) for value in self._wire.run(_TALLY, keys, args)]
 
     def get(self, key: str, *, now: float) -> int:
-        value, expires_at = self._client.hmget(self._key(key), ["value", "expires_at"])
+        value, expires_at = self._wire.command("HMGET", self._key(key), "value", "expires_at")
         if value is None or expires_at is None or float(_text(expires_at)) < now:
             return 0
         return int(_text(value))
 
     def reset(self, key: str) -> None:
-        self._client.delete(self._key(key))
+        # Sent, not awaited: a counter left in place only refuses more (a streak, a count).
+        self._wire.send(_RESET, [self._key(key)], [])
 
     def add_within(self, key: str, amount: int, limit: int, *, now: float, ttl: float) -> bool:
         expires_at = now + ttl
         ttl_ms = _ttl_ms(expires_at, now, self._grace)
         args: list[str | int] = [amount, limit, repr(now), repr(expires_at), ttl_ms]
-        return int(self._add_within(keys=[self._key(key)], args=args)) == 1
+        return int(self._wire.run(_ADD_WITHIN, [self._key(key)], args)) == 1
 
     def purge(self, now: float) -> int:
         """Delete expired counters Redis has not expired itself; returns how many (may be 0)."""
-        return sum(int(self._purge(keys=batch, args=[repr(now)])) for batch in self._scan())
+        purge = self._wire.run
+        return sum(int(purge(_DEADLINE_PURGE, batch, [repr(now)])) for batch in self._scan())
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -390,9 +430,13 @@ class RedisStores(Stores):
     """True when ``open_redis_stores`` made the client from a URL, so closing it is ours to do."""
 
     def close(self) -> None:
-        """Close the client and its connection pool, if this object opened them."""
-        if self.owns_client:
-            self.client.close()
+        """Wait for this thread's unawaited writes, close the stores' own connections, and the
+        client with its pool if this object opened it."""
+        try:
+            wire_of(self.client).close()
+        finally:
+            if self.owns_client:
+                self.client.close()
 
 
 def open_redis_stores(
@@ -402,6 +446,7 @@ def open_redis_stores(
     retention: float = 86_400.0,
     grace: float = DEFAULT_GRACE,
     allow_eviction: bool = False,
+    allow_volatile: bool = False,
 ) -> RedisStores:
     """The idempotency, approval and counter stores on one Redis, their keys under ``prefix``.
 
@@ -413,6 +458,11 @@ def open_redis_stores(
     here has a TTL, so even the ``volatile-*`` policies would drop taint marks, limits, claims and
     approvals under memory pressure from other sessions. Set ``noeviction`` (at ``maxmemory`` the
     server then refuses writes and calls fail closed), or pass ``allow_eviction=True`` knowingly.
+
+    A server with neither append-only file nor RDB snapshots (``appendonly no`` and ``save ""``) is
+    refused too: a restart would forget every idempotency key (a repeated write would run again),
+    every approval and every limit. Turn on ``appendonly yes`` (``appendfsync always`` keeps every
+    acknowledged write), or pass ``allow_volatile=True`` for tests and throwaway caches.
     """
     owns_client = isinstance(url_or_client, str)
     client = (
@@ -420,7 +470,9 @@ def open_redis_stores(
     )
     try:
         if not allow_eviction:
-            _refuse_eviction(client)
+            refuse_eviction(client)
+        if not allow_volatile:
+            refuse_volatile(client)
         return RedisStores(
             idempotency=RedisIdempotencyStore(client, prefix=prefix, grace=grace),
             approvals=RedisApprovalStore(client, prefix=prefix, retention=retention, grace=grace),
@@ -432,21 +484,6 @@ def open_redis_stores(
         if owns_client:
             client.close()
         raise
-
-
-def _refuse_eviction(client: redis.Redis) -> None:
-    try:
-        reply = client.config_get("maxmemory-policy")
-    except redis.ResponseError:  # managed services may rename or disable CONFIG
-        return
-    policy = next(iter(reply.values()), "noeviction") if reply else "noeviction"
-    policy = policy.decode() if isinstance(policy, bytes) else str(policy)
-    if policy != "noeviction":
-        raise ConfigurationError(
-            f"Redis maxmemory-policy is {policy!r}: it may evict the guard's security state "
-            "(taint marks, limits, claims, approvals). Set it to 'noeviction', or pass "
-            "allow_eviction=True to open_redis_stores."
-        )
 
 
 if TYPE_CHECKING:

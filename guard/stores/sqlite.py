@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -466,6 +467,15 @@ class SQLiteCounterStore(SQLiteStoreBase):
         # fetchall, not fetchone: the statement must run to completion to release its lock.
         ((value,),) = self._conn().execute(_INCR, params).fetchall()
         return int(value)
+
+    def add(self, key: str, amount: int = 1, *, now: float, ttl: float) -> None:
+        self.incr(key, amount, now=now, ttl=ttl)
+
+    def tally(
+        self, incrs: Sequence[tuple[str, float]], *, now: float, reads: Sequence[str] = ()
+    ) -> list[int]:
+        values = [self.incr(key, now=now, ttl=ttl) for key, ttl in incrs]
+        return values + [self.get(key, now=now) for key in reads]
 
     def get(self, key: str, *, now: float) -> int:
         row = (

@@ -47,13 +47,14 @@ def _wait_for_ping(url: str, server: subprocess.Popen[bytes], log: Path) -> None
 
 @pytest.fixture(scope="session")
 def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A throwaway redis-server on 127.0.0.1 with persistence off; its URL."""
+    """A throwaway redis-server on 127.0.0.1 in a temporary directory; its URL."""
     executable = shutil.which(REDIS_SERVER) or shutil.which(REDIS_SERVER, path="/usr/sbin:/usr/bin")
     if executable is None:
         # A failure, not a skip: the Redis stores must not go untested by accident.
         pytest.fail("redis-server not found on PATH; install it (apt-get install redis-server)")
     port = _free_port()
-    log = tmp_path_factory.mktemp("redis") / "redis-server.log"
+    home = tmp_path_factory.mktemp("redis")
+    log = home / "redis-server.log"
     with log.open("wb") as out:
         server = subprocess.Popen(
             [
@@ -62,10 +63,14 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                 str(port),
                 "--bind",
                 "127.0.0.1",
+                # An RDB schedule the tests never reach: the server counts as persistent (the
+                # stores refuse one that is not) without writing to disk while they run.
                 "--save",
-                "",
+                "86400 1000000000",
                 "--appendonly",
                 "no",
+                "--dir",
+                str(home),
             ],
             stdout=out,
             stderr=subprocess.STDOUT,

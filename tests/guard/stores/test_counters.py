@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from guard.stores import CounterStore, MemoryCounterStore, SQLiteCounterStore
 from guard.stores.redis import RedisCounterStore
@@ -51,6 +54,11 @@ class TestIncr:
         """An expired counter counts from 0 again."""
         store.incr("c", 5, now=0.0, ttl=10.0)
         assert store.incr("c", 1, now=11.0, ttl=10.0) == 1
+
+    def test_incr_keeps_64_bit_values_exact(self, store: CounterStore) -> None:
+        """Past 2**53, where a double rounds, the new value is still exact."""
+        assert store.incr("big", 2**62 + 1, now=0.0, ttl=TTL) == 2**62 + 1
+        assert store.incr("big", now=0.0, ttl=TTL) == 2**62 + 2
 
     def test_counters_are_independent(self, store: CounterStore) -> None:
         """Keys do not share values."""
@@ -125,6 +133,79 @@ class TestAddWithin:
         store.add_within("c", 100, 100, now=0.0, ttl=10.0)
         assert store.add_within("c", 100, 100, now=11.0, ttl=10.0) is True
         assert store.get("c", now=11.0) == 100
+
+
+class TestAdd:
+    def test_add_is_incr_without_the_answer(self, store: CounterStore) -> None:
+        """add counts like incr, expiry included, and the next read sees it."""
+        store.add("c", now=0.0, ttl=10.0)
+        store.add("c", 4, now=1.0, ttl=10.0)
+        assert store.get("c", now=11.0) == 5
+        store.add("c", now=12.0, ttl=10.0)  # past the expiry set at 1.0: starts again
+        assert store.get("c", now=12.0) == 1
+
+    def test_adds_are_applied_in_order_with_everything_else(self, store: CounterStore) -> None:
+        """An add, a reset, an add, then an incr: each sees the one before."""
+        store.add("c", 3, now=0.0, ttl=TTL)
+        store.reset("c")
+        store.add("c", 2, now=0.0, ttl=TTL)
+        assert store.incr("c", now=0.0, ttl=TTL) == 3
+
+
+class TestTally:
+    def test_tally_adds_then_reads(self, store: CounterStore) -> None:
+        """The new values of the counters added to, then the values read, in order."""
+        store.incr("read", 7, now=0.0, ttl=TTL)
+        store.incr("old", 9, now=0.0, ttl=1.0)
+        values = store.tally([("a", TTL), ("b", 5.0)], now=2.0, reads=("read", "absent", "old"))
+        assert values == [1, 1, 7, 0, 0]
+        assert store.tally([("a", TTL)], now=3.0, reads=("a",)) == [2, 2]
+
+    def test_tally_restarts_expired_counters_and_sets_each_ttl(self, store: CounterStore) -> None:
+        """Each counter added to gets its own ttl; an expired one counts from zero."""
+        store.incr("a", 5, now=0.0, ttl=1.0)
+        assert store.tally([("a", 10.0), ("b", 20.0)], now=2.0) == [1, 1]
+        assert (store.get("a", now=12.0), store.get("b", now=12.0)) == (1, 0 + 1)
+        assert (store.get("a", now=12.5), store.get("b", now=22.0)) == (0, 1)
+
+    def test_tally_keeps_64_bit_values_exact(self, store: CounterStore) -> None:
+        """A value past 2**53 (where Lua's doubles round) reads back exactly."""
+        big = 2**62 + 1
+        store.incr("big", big, now=0.0, ttl=TTL)
+        assert store.tally([], now=0.0, reads=("big",)) == [big]
+        assert store.tally([("big", TTL)], now=0.0) == [big + 1]
+
+    @settings(
+        max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    )
+    @given(
+        steps=st.lists(
+            st.tuples(st.sampled_from(["incr", "add", "tally", "reset"]), st.sampled_from("xyz")),
+            max_size=12,
+        )
+    )
+    def test_any_mix_agrees_with_incr_and_get(
+        self, store: CounterStore, steps: list[tuple[str, str]]
+    ) -> None:
+        """A random mix of incr, add, tally and reset leaves what a plain dict predicts."""
+        prefix = f"mix{uuid.uuid4().hex}:"  # the store outlives each example
+        expected: dict[str, int] = {}
+        for kind, name in steps:
+            key = prefix + name
+            if kind == "reset":
+                store.reset(key)
+                expected.pop(key, None)
+                continue
+            expected[key] = expected.get(key, 0) + 1
+            if kind == "incr":
+                assert store.incr(key, now=0.0, ttl=TTL) == expected[key]
+            elif kind == "add":
+                store.add(key, now=0.0, ttl=TTL)
+            else:
+                other = prefix + "w"
+                assert store.tally([(key, TTL)], now=0.0, reads=(other,)) == [expected[key], 0]
+        reads = tuple(prefix + name for name in "xyz")
+        assert store.tally([], now=0.0, reads=reads) == [expected.get(key, 0) for key in reads]
 
 
 class TestPurge:
