@@ -167,11 +167,10 @@ def _insert_fast(
 
     Raises ``duckdb.InvalidInputException`` on a malformed line or a span the store cannot hold.
     """
-    before = _count(con)
     reader = _reader(source, gz, longest)
     con.execute(f"INSERT INTO span_rows {parse_sql(reader, state.file_id, state.batch)}")
-    _drop_repeats(con, state.batch, stored=before > 0)
-    return _count(con) - before
+    _drop_repeats(con, state.batch, stored=state.batch > 1)
+    return _inserted(con, state.batch)
 
 
 def _insert_checked(
@@ -179,7 +178,6 @@ def _insert_checked(
 ) -> tuple[int, int]:
     """Insert the good spans of ``source`` (lines numbered by the tolerant path); record the
     others in ``load_errors``. Returns (spans inserted, spans rejected)."""
-    before = _count(con)
     reader = _reader(source, False, longest)
     con.execute(
         f"CREATE OR REPLACE TEMP TABLE parsed AS "
@@ -197,8 +195,8 @@ def _insert_checked(
         "WHERE problem IS NULL"
     )
     con.execute("DROP TABLE parsed")
-    _drop_repeats(con, state.batch, stored=before > 0)
-    return _count(con) - before, rejected
+    _drop_repeats(con, state.batch, stored=state.batch > 1)
+    return _inserted(con, state.batch), rejected
 
 
 def _drop_repeats(con: duckdb.DuckDBPyConnection, batch: int, *, stored: bool) -> None:
@@ -254,8 +252,10 @@ def _sql_timestamp(value: datetime) -> str:
     return f"TIMESTAMP '{value.isoformat(sep=' ')}'"
 
 
-def _count(con: duckdb.DuckDBPyConnection) -> int:
-    return _scalar(con, "SELECT count(*) FROM span_rows")
+def _inserted(con: duckdb.DuckDBPyConnection, batch: int) -> int:
+    """The spans load ``batch`` stored (a whole-table count(*) inside a writing transaction
+    reads every row)."""
+    return _scalar(con, f"SELECT count(*) FROM span_rows WHERE batch = {int(batch)}")
 
 
 def _insert_tolerant(
