@@ -28,7 +28,7 @@ from .load import LoadReport, Stat, load
 
 __all__ = ["ROUND_BYTES", "copies", "follow", "prepare", "served"]
 
-ROUND_BYTES = 64 << 20
+ROUND_BYTES = 32 << 20
 """At most this many bytes of one file per round (whole lines): a follower that fell behind
 catches up in rounds of bounded memory and time instead of one huge round."""
 
