@@ -19,6 +19,9 @@ Printed: the delay's p50 and p99 in each third of the run (by send time; lag is 
 third is no worse than the first), the rate sent and the rate loaded, the loader's peak RSS
 (VmHWM), the busy opens, and the baseline of the same run: a bulk ``callgate load`` of the same
 span files into a new database, spans/s. Timings, never assertions.
+
+``--tree PATH`` runs the loader (follow and bulk) of another source tree, for the "before":
+``git archive 251ee73 | tar -x -C /tmp/before && bench/freshness.py --tree /tmp/before``.
 """
 
 from __future__ import annotations
@@ -179,6 +182,7 @@ def percentile(values: list[float], q: float) -> float:
 
 def run(args: argparse.Namespace) -> None:
     env = {**os.environ, "PYTHONPATH": str(_ROOT)}
+    loader_env = {**os.environ, "PYTHONPATH": str(args.tree or _ROOT)}
     with tempfile.TemporaryDirectory(prefix="callgate-freshness-") as tmp:
         spans_dir = Path(tmp) / "spans"
         spans_dir.mkdir()
@@ -211,7 +215,7 @@ def run(args: argparse.Namespace) -> None:
                 "--interval",
                 str(args.interval),
             ],
-            env=env,
+            env=loader_env,
             stdout=subprocess.DEVNULL,
         )
         try:
@@ -251,7 +255,7 @@ def run(args: argparse.Namespace) -> None:
         started = time.perf_counter()
         subprocess.run(
             [*CALLGATE, "load", str(spans_dir), "--db", str(bulk)],
-            env=env,
+            env=loader_env,
             check=True,
             stdout=subprocess.DEVNULL,
         )
@@ -285,6 +289,7 @@ def report_table(
     print(
         f"freshness: {args.rate:,.0f} spans/s asked for {args.seconds:.0f} s, {per}-span requests,"
         f" --interval {args.interval}, read-only polls every {args.poll} s"
+        + (f", loader of {args.tree}" if args.tree else "")
     )
     print(f"{'third':<8}{'requests':>10}{'p50 s':>8}{'p99 s':>8}{'max s':>8}")
     for index, third in enumerate(thirds, 1):
@@ -320,6 +325,7 @@ def main() -> None:
     parser.add_argument("--interval", type=float, default=1.0, help="load --follow --interval")
     parser.add_argument("--poll", type=float, default=0.1, help="seconds between reader opens")
     parser.add_argument("--processes", type=int, default=1, help="callgate sidecar --processes")
+    parser.add_argument("--tree", type=Path, help="run this source tree's loader instead")
     parser.add_argument("--drain", type=float, default=120, help="seconds to wait for the rest")
     run(parser.parse_args())
 
