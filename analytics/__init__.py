@@ -22,7 +22,8 @@ from .database import (
     NotADatabaseError,
     open_database,
 )
-from .load import FileReport, ForeignFileError, LoadReport, connect, discover_files, follow
+from .follow import follow
+from .load import FileReport, ForeignFileError, LoadReport, connect, discover_files
 from .metrics import (
     Backend,
     CallCount,

@@ -22,7 +22,8 @@ import click
 
 from . import advisories, alerts, call_latency, gates, metrics, shadow
 from .database import DEFAULT_DB, DatabaseError, open_database
-from .load import ForeignFileError, follow, load
+from .follow import follow
+from .load import ForeignFileError, load
 from .options import confirmation_ttl_option
 from .parquet import export_parquet
 from .reconstruct import AmbiguousIdError, TraceView, lookup

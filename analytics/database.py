@@ -11,7 +11,9 @@ without the ``with`` (for long-lived connections and the tests). Problems a pers
      +-- DatabaseBusyError     another process held the lock for the whole timeout
 
 DuckDB lets one process hold a database file at a time. Writers (``load``) hold it only for one
-load round; readers (``report``, the dashboard) open it ``read_only`` for one query or page. When
+load round; readers (``report``, the dashboard) open it ``read_only`` for one query or page. A
+database that ``load --follow`` keeps is a link to the copy it is not writing
+(:mod:`analytics.follow`), so readers of it do not meet the writer at all. When
 the other side holds the file, opening retries until ``timeout`` seconds have passed, once: callers
 never stack retries of their own on top (that made a dashboard page wait 100 s).
 """
@@ -114,8 +116,11 @@ def _connect_waiting(path: str, read_only: bool, timeout: float) -> duckdb.DuckD
     deadline = time.monotonic() + timeout
     delay = 0.01
     while True:
+        # A followed database is a link to the copy no one writes (analytics.follow): open that
+        # copy, and when the link moved on while this open was refused, try the new one at once.
+        target = os.path.realpath(path) if path != ":memory:" else path
         try:
-            return duckdb.connect(path, read_only=read_only)
+            return duckdb.connect(target, read_only=read_only)
         except duckdb.IOException as exc:
             message = str(exc)
             if "not a valid DuckDB database" in message:
@@ -125,6 +130,8 @@ def _connect_waiting(path: str, read_only: bool, timeout: float) -> duckdb.DuckD
                 ) from exc
             if "lock" not in message.lower():
                 raise DatabaseError(f"cannot open {path}: {_first_line(exc)}") from exc
+            if os.path.realpath(path) != target:
+                continue
             if time.monotonic() >= deadline:
                 raise DatabaseBusyError(
                     f"{path} is busy: another process holds it ({_first_line(exc)}); "

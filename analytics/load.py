@@ -4,7 +4,8 @@ The flow of :func:`load`, one file at a time, each file in its own transaction::
 
     discover_files -> sniff (foreign? fail before writing anything)        [analytics.spanfiles]
       -> _load_file: complete_end (what is new since load_state.offset, whole lines only)
-      -> _insert_fast (one parallel INSERT ... SELECT over the file, see analytics.otlp)
+      -> _insert_fast (one parallel INSERT ... SELECT over the file, see analytics.otlp; then
+         _drop_repeats removes the spans already stored, looking only where they start)
          or, when that statement hits a malformed line, _insert_tolerant (Python splits the
          region, records bad lines in load_errors, and the good ones go through the fast path)
       -> derive (calls with their session ranks; the stage latency histogram) [analytics.derive]
@@ -12,9 +13,9 @@ The flow of :func:`load`, one file at a time, each file in its own transaction::
 
 Files are recognised by a fingerprint of their first line, not by path, so a file that the
 collector renamed (``traces.json`` -> ``traces-2026-01-01T00-00-00.000.json``) or compressed
-(``.json.gz``) is resumed where it stopped, and a new file at an old path starts from 0. Spans are
-inserted only when ``(trace_id, span_id)`` is not already present, so loading the same data twice,
-from any file, adds nothing.
+(``.json.gz``) is resumed where it stopped, and a new file at an old path starts from 0. A span
+already stored (the same ids and start) is not stored again, so loading the same data twice, from
+any file, adds nothing.
 """
 
 from __future__ import annotations
@@ -22,14 +23,14 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
 import duckdb
 
-from .database import DatabaseBusyError, connect
+from .database import connect
 from .derive import derive
 from .otlp import parse_sql
 from .spanfiles import (
@@ -49,9 +50,9 @@ __all__ = [
     "FileReport",
     "ForeignFileError",
     "LoadReport",
+    "Stat",
     "connect",
     "discover_files",
-    "follow",
     "load",
 ]
 
@@ -72,6 +73,10 @@ class FileReport:
     truncated: bool = False
     """A gzip file whose data stops mid-stream (cut, or still being written): its whole lines
     were loaded, the rest waits (a file that grows later is resumed from there)."""
+    complete: bool = False
+    """Everything the file held ends in a newline and is loaded: nothing waits in it."""
+    more: bool = False
+    """The load stopped at its size limit (``most``): whole lines wait past it."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -95,6 +100,11 @@ class LoadReport:
     def truncated(self) -> tuple[str, ...]:
         """The files whose gzip data was cut."""
         return tuple(f.path for f in self.files if f.truncated)
+
+    @property
+    def more(self) -> bool:
+        """Some file stopped at the size limit: whole lines wait, load again at once."""
+        return any(f.more for f in self.files)
 
     @property
     def bytes(self) -> int:
@@ -146,13 +156,6 @@ def _reader(source: Path, gz: bool, longest: int) -> str:
     )
 
 
-_NEW = (
-    "NOT EXISTS (SELECT 1 FROM span_rows AS s "
-    "WHERE s.span_id = n.span_id AND s.trace_id = n.trace_id)"
-)
-"""The anti-join: spans already stored (an earlier load, any file) are not inserted again."""
-
-
 def _insert_fast(
     con: duckdb.DuckDBPyConnection,
     source: Path,
@@ -164,14 +167,10 @@ def _insert_fast(
 
     Raises ``duckdb.InvalidInputException`` on a malformed line or a span the store cannot hold.
     """
-    before = _count(con)
     reader = _reader(source, gz, longest)
-    con.execute(
-        f"INSERT INTO span_rows SELECT * FROM "
-        f"({parse_sql(reader, state.file_id, state.batch)}) AS n WHERE {_NEW}"
-    )
-    _drop_repeats(con, state.batch)
-    return _count(con) - before
+    con.execute(f"INSERT INTO span_rows {parse_sql(reader, state.file_id, state.batch)}")
+    _drop_repeats(con, state.batch, stored=state.batch > 1)
+    return _inserted(con, state.batch)
 
 
 def _insert_checked(
@@ -179,7 +178,6 @@ def _insert_checked(
 ) -> tuple[int, int]:
     """Insert the good spans of ``source`` (lines numbered by the tolerant path); record the
     others in ``load_errors``. Returns (spans inserted, spans rejected)."""
-    before = _count(con)
     reader = _reader(source, False, longest)
     con.execute(
         f"CREATE OR REPLACE TEMP TABLE parsed AS "
@@ -193,43 +191,71 @@ def _insert_checked(
             {"path": str(path), "now": _now()},
         )
     con.execute(
-        "INSERT INTO span_rows SELECT * EXCLUDE (problem, line, excerpt) FROM parsed AS n "
-        f"WHERE problem IS NULL AND {_NEW}"
+        "INSERT INTO span_rows SELECT * EXCLUDE (problem, line, excerpt) FROM parsed "
+        "WHERE problem IS NULL"
     )
     con.execute("DROP TABLE parsed")
-    _drop_repeats(con, state.batch)
-    return _count(con) - before, rejected
+    _drop_repeats(con, state.batch, stored=state.batch > 1)
+    return _inserted(con, state.batch), rejected
 
 
-def _drop_repeats(con: duckdb.DuckDBPyConnection, batch: int) -> None:
-    """Remove spans repeated inside this load (rare: a writer that retried a batch).
+def _drop_repeats(con: duckdb.DuckDBPyConnection, batch: int, *, stored: bool) -> None:
+    """Remove the spans of this load that are already stored, or repeated inside it (a writer
+    that retried a batch, the same data in another file): the first copy stays.
 
-    The anti-join sees only earlier loads; this is cheaper than deduplicating every load.
+    A repeat is the same span: the same ids and the same start. So the stored copies are looked
+    for only among spans that start when this load's spans do: the scan reads the row groups of
+    that time and skips the others by their min/max, instead of checking every new span against
+    every stored one (which made each follow round slower than the last as the database grew).
     """
+    new = f"batch = {int(batch)}"
     # Distinct hashes are never more than distinct spans: when there are as many as rows, no
-    # span repeats (counting hashes is half the cost of counting the pairs themselves).
+    # span repeats inside the load (counting hashes is half the cost of counting the pairs).
     repeated = _scalar(
-        con,
-        f"SELECT count(*) - count(DISTINCT hash(trace_id, span_id)) FROM span_rows "
-        f"WHERE batch = {int(batch)}",
+        con, f"SELECT count(*) - count(DISTINCT hash(trace_id, span_id)) FROM span_rows WHERE {new}"
     )
+    if stored:
+        first, last = con.execute(
+            f"SELECT min(start_time), max(start_time) FROM span_rows WHERE {new}"
+        ).fetchall()[0]
+        if first is not None:
+            # literals, not parameters: the scan's min/max pruning needs the bounds when planned
+            earlier = (
+                f"batch < {int(batch)} AND start_time BETWEEN {_sql_timestamp(first)} "
+                f"AND {_sql_timestamp(last)}"
+            )
+            repeated += _scalar(
+                con,
+                f"SELECT count(*) FROM (SELECT trace_id, span_id, start_time FROM span_rows "
+                f"WHERE {new}) AS n SEMI JOIN (SELECT trace_id, span_id, start_time "
+                f"FROM span_rows WHERE {earlier}) AS s USING (trace_id, span_id, start_time)",
+            )
     if repeated:
         con.execute(
             """
             DELETE FROM span_rows WHERE rowid IN (
                 SELECT rowid FROM (
-                    SELECT rowid, row_number() OVER (
-                        PARTITION BY trace_id, span_id ORDER BY rowid) AS n
-                    FROM span_rows WHERE batch = $batch
-                ) WHERE n > 1
+                    SELECT rowid, batch, row_number() OVER (
+                        PARTITION BY trace_id, span_id, start_time ORDER BY batch, rowid) AS n
+                    FROM span_rows
+                    WHERE batch = $batch OR (batch < $batch AND start_time BETWEEN
+                        (SELECT min(start_time) FROM span_rows WHERE batch = $batch) AND
+                        (SELECT max(start_time) FROM span_rows WHERE batch = $batch))
+                ) WHERE n > 1 AND batch = $batch
             )
             """,
             {"batch": batch},
         )
 
 
-def _count(con: duckdb.DuckDBPyConnection) -> int:
-    return _scalar(con, "SELECT count(*) FROM span_rows")
+def _sql_timestamp(value: datetime) -> str:
+    return f"TIMESTAMP '{value.isoformat(sep=' ')}'"
+
+
+def _inserted(con: duckdb.DuckDBPyConnection, batch: int) -> int:
+    """The spans load ``batch`` stored (a whole-table count(*) inside a writing transaction
+    reads every row)."""
+    return _scalar(con, f"SELECT count(*) FROM span_rows WHERE batch = {int(batch)}")
 
 
 def _insert_tolerant(
@@ -278,14 +304,26 @@ def _insert_tolerant(
 
 
 def _load_file(
-    con: duckdb.DuckDBPyConnection, path: Path, first_line: bytes, compressed: bool
+    con: duckdb.DuckDBPyConnection,
+    path: Path,
+    first_line: bytes,
+    compressed: bool,
+    most: int | None = None,
 ) -> FileReport:
     file_key = fingerprint(first_line)
     state = _state(con, file_key)
-    region = complete_end(path, compressed, state.offset)
+    region = complete_end(path, compressed, state.offset, most)
     end = region.end
+    complete = end == region.size and not region.truncated
     if end <= state.offset:
-        return FileReport(path=str(path), spans=0, errors=0, bytes=0, truncated=region.truncated)
+        return FileReport(
+            path=str(path),
+            spans=0,
+            errors=0,
+            bytes=0,
+            truncated=region.truncated,
+            complete=complete,
+        )
     with tempfile.TemporaryDirectory(prefix="callgate-load-") as tmp:
         workdir = Path(tmp)
         direct = state.offset == 0 and end == region.size and not region.truncated
@@ -320,6 +358,8 @@ def _load_file(
         errors=errors,
         bytes=end - state.offset,
         truncated=region.truncated,
+        complete=complete,
+        more=region.limited,
     )
 
 
@@ -359,16 +399,45 @@ def _now() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
 
 
-def load(con: duckdb.DuckDBPyConnection, paths: Sequence[str | os.PathLike[str]]) -> LoadReport:
+Stat = tuple[int, int, int, int]
+"""A file's device, inode, size and modification time: the same four, the same bytes."""
+
+
+def _stat(path: Path) -> Stat | None:
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def load(
+    con: duckdb.DuckDBPyConnection,
+    paths: Sequence[str | os.PathLike[str]],
+    *,
+    read_to_end: dict[Path, Stat] | None = None,
+    most: int | None = None,
+) -> LoadReport:
     """Load what is new in the span files behind ``paths`` (see :func:`discover_files`).
 
     Every file is checked before anything is written: if one is not OTLP JSON trace lines,
     :class:`ForeignFileError` is raised and the database is left as it was. Then each file loads
     in its own transaction, so a crash leaves whole files or nothing, and offsets always match
     the spans stored.
+
+    ``read_to_end`` (what :func:`follow` keeps between rounds) maps files this database holds to
+    their last line to how they looked before that read; a file that still looks the same is
+    skipped without being opened, and files read to the end this time are added. Without it a
+    follow round re-read the head of every rotated file, a cost that grew with the run.
+    ``most`` caps the bytes read from a file in this load (whole lines; :attr:`LoadReport.more`
+    says when some wait): a follow round that fell behind stays small in memory and time.
     """
     started = time.perf_counter()
-    files = discover_files(paths)
+    seen = {} if read_to_end is None else read_to_end
+    files = [
+        path for path in discover_files(paths) if path not in seen or _stat(path) != seen[path]
+    ]
+    stats = {path: _stat(path) for path in files}
     sniffed = [(path, *sniff(path)) for path in files]
     # Inserting without keeping row order lets DuckDB use both cores end to end; the caller's
     # setting is put back afterwards.
@@ -377,39 +446,15 @@ def load(con: duckdb.DuckDBPyConnection, paths: Sequence[str | os.PathLike[str]]
     reports = []
     try:
         for path, compressed, first_line in sniffed:
-            if first_line:
-                reports.append(_load_file(con, path, first_line, compressed))
+            if not first_line:
+                continue
+            report = _load_file(con, path, first_line, compressed, most)
+            reports.append(report)
+            stat = stats[path]
+            if report.complete and stat is not None:
+                seen[path] = stat
+            else:
+                seen.pop(path, None)
     finally:
         con.execute(f"SET preserve_insertion_order = {'true' if preserve else 'false'}")
     return LoadReport(files=tuple(reports), seconds=time.perf_counter() - started)
-
-
-def follow(
-    database: str | os.PathLike[str],
-    paths: Sequence[str | os.PathLike[str]],
-    *,
-    interval: float = 1.0,
-    on_load: Callable[[LoadReport], None] = lambda report: None,
-    should_stop: Callable[[], bool] = lambda: False,
-) -> None:
-    """Keep loading ``paths`` into ``database`` every ``interval`` seconds until ``should_stop()``.
-
-    Each round opens the database, loads what is new (rotations included), and closes it again,
-    so the file is free for readers between rounds: a reader waits at most one round. A round
-    that finds the file busy (a reader held it for the whole wait) is skipped, not fatal.
-    """
-    while not should_stop():
-        try:
-            con = connect(database)
-        except DatabaseBusyError:
-            time.sleep(interval)
-            continue
-        try:
-            report = load(con, paths)
-        finally:
-            con.close()
-        if report.spans or report.errors:
-            on_load(report)
-        if should_stop():
-            break
-        time.sleep(interval)

@@ -209,10 +209,13 @@ class Region:
     """Just past its last newline: whole lines stop here."""
     truncated: bool
     """A gzip file whose data stops inside a member (cut, or still being written)."""
+    limited: bool = False
+    """``end`` stops at the limit asked for: more whole lines follow it."""
 
 
-def complete_end(path: Path, compressed: bool, offset: int) -> Region:
-    """How far the whole lines of ``path`` reach past ``offset``."""
+def complete_end(path: Path, compressed: bool, offset: int, most: int | None = None) -> Region:
+    """How far the whole lines of ``path`` reach past ``offset``; with ``most``, the whole lines
+    of the first ``most`` bytes past it (at least one line, however long), for plain files."""
     if compressed:
         with open_span_file(path, compressed, offset) as stream:
             end = size = offset
@@ -227,6 +230,13 @@ def complete_end(path: Path, compressed: bool, offset: int) -> Region:
     size = path.stat().st_size
     if size <= offset:
         return Region(size=size, end=offset, truncated=False)
+    if most is not None and size - offset > most:
+        with path.open("rb") as f:
+            f.seek(offset + most)
+            rest = f.readline()  # the end of the line the limit falls in
+        if rest.endswith(b"\n"):
+            end = offset + most + len(rest)
+            return Region(size=size, end=end, truncated=False, limited=end < size)
     with path.open("rb") as f:
         pos = size
         while pos > offset:

@@ -13,7 +13,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from analytics.load import ForeignFileError, connect, discover_files, follow, load
+from analytics.follow import follow
+from analytics.load import ForeignFileError, connect, discover_files, load
 from analytics.schema import COLUMNS, SPAN_COLUMNS
 from analytics.synth import write_span_file
 

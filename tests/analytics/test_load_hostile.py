@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 
 from analytics import metrics, reconstruct
 from analytics.database import connect
-from analytics.load import follow, load
+from analytics.follow import follow
+from analytics.load import load
 
 T0_NS = 1_767_225_600_000_000_000
 
