@@ -6,8 +6,6 @@ Redis to be atomic across hosts:
 - an entry lives *through* its deadline: it is expired once ``deadline < now``;
 - a claim is stale once ``claimed_at + lease < now``; expired results are free, and stale claims
   are too unless the caller says it may not take them (``take_stale``: its backend cannot dedupe);
-- an in-flight claim stamped later than ``now`` is restamped ``now`` (``_rules.lease_start``), so
-  no clock step extends a lease;
 - a decision after ``expires_at`` is EXPIRED and attributed to nobody.
 
 Times are always the caller's ``now`` (ARGV), never Redis's clock, and deadlines are stored as
@@ -40,18 +38,13 @@ __all__ = [
 # KEYS[1] record, KEYS[2] the lock it takes (optional); ARGV fingerprint, now, lease, expires_at
 # (claim_deadline), ttl_ms, take_stale (1 or 0), the unprefixed key. Returns {state, result,
 # holder} ('' where none). A stale claim is left alone unless taken; a lock held by another key
-# answers instead (``_rules.lock_outcome``: its stale claims are never taken), writing nothing
-# but the restamp of a claim from the future (``_rules.lease_start``).
+# answers instead (``_rules.lock_outcome``: its stale claims are never taken), writing nothing.
 CLAIM = """
 local now, lease = tonumber(ARGV[2]), tonumber(ARGV[3])
 local function refusal(key, take_stale)
     local rec = redis.call('HMGET', key, 'fingerprint', 'result', 'claimed_at', 'expires_at')
     if not rec[1] then return nil end
     if not rec[2] then
-        if tonumber(rec[3]) > now then  -- _rules.lease_start
-            redis.call('HSET', key, 'claimed_at', ARGV[2])
-            rec[3] = ARGV[2]
-        end
         if tonumber(rec[3]) + lease >= now then
             if rec[1] == ARGV[1] then return 'in_flight' end
             return 'conflict'

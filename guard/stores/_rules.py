@@ -3,8 +3,11 @@
 Time rule, used everywhere: an entry lives *through* its deadline and is expired once
 ``deadline < now``. A completed result with ``ttl`` therefore replays until ``now + ttl``
 inclusive, and a claim is stale once ``claimed_at + lease < now`` (``now - claimed_at > lease``).
-A claim stamped later than a reader's ``now`` (the claimant's clock ahead, or the reader's stepped
-back) is restamped ``now`` by that reader (``lease_start``), so no clock step extends a lease.
+Leases are read by each caller's clock, so they hold only while the clocks of the processes
+sharing a store agree within the lease: a claim stamped by a clock ahead lasts longer (a slower
+takeover after a crash, never a second write); a reader whose clock is ahead sees a live claim
+stale early. A claim is never restamped by a reader: a reader whose clock lags would shorten the
+lease for everyone, and a holder still writing would be taken over.
 An expired entry behaves exactly as an absent one: ``purge`` only reclaims space, it never changes
 an answer.
 """
@@ -26,7 +29,6 @@ __all__ = [
     "claim_deadline",
     "claim_outcome",
     "decision",
-    "lease_start",
     "lock_outcome",
     "outcome_unknown",
 ]
@@ -37,17 +39,6 @@ CLAIMED = Claim(state=ClaimState.CLAIMED)
 IN_FLIGHT = Claim(state=ClaimState.IN_FLIGHT)
 CONFLICT = Claim(state=ClaimState.CONFLICT)
 STALE = Claim(state=ClaimState.STALE)
-
-
-def lease_start(*, claimed_at: float, now: float) -> float:
-    """When an in-flight claim's lease counts from, read at ``now``: never later than ``now``.
-
-    Clocks step. A claim stamped by a clock that ran ahead, read by one that stepped back, would
-    otherwise stay in flight for the lease plus the step, holding every repeat of the call off
-    (IN_PROGRESS) that long after a crash. The store writes the earlier stamp back inside the
-    claim's atomic step, so a lease ends at most ``lease`` after the earliest reading of it by any
-    clock, however far apart the clocks are; a later reading never moves it forward again."""
-    return min(claimed_at, now)
 
 
 def claim_outcome(

@@ -31,7 +31,6 @@ from guard.stores._rules import (
     approval_purge_at,
     claim_outcome,
     decision,
-    lease_start,
     lock_outcome,
     outcome_unknown,
 )
@@ -186,9 +185,6 @@ class MemoryIdempotencyStore(_ExpiringMap[_Record]):
             entries = self._entries
             record = entries.get(key)
             held = None if lock is None else entries.get(lock)
-            for entry in (record, held):
-                if entry is not None and entry.result is None:
-                    entry.claimed_at = lease_start(claimed_at=entry.claimed_at, now=now)
             if record is not None:
                 outcome = claim_outcome(
                     stored_fingerprint=record.fingerprint,

@@ -28,7 +28,6 @@ from guard.stores._rules import (
     claim_deadline,
     claim_outcome,
     decision,
-    lease_start,
     lock_outcome,
     outcome_unknown,
 )
@@ -127,11 +126,6 @@ ON CONFLICT (key) DO UPDATE SET
     holder = excluded.holder
 """
 
-# ``_rules.lease_start``: an in-flight claim stamped later than this reader's now counts from now.
-_RESTAMP = """
-UPDATE idempotency SET claimed_at = :now WHERE key = :key AND result IS NULL AND claimed_at > :now
-"""
-
 _UPSERT_RESULT = """
 INSERT INTO idempotency (key, fingerprint, result, claimed_at, expires_at)
 VALUES (:key, :fingerprint, :result, :now, :expires_at)
@@ -147,17 +141,6 @@ key = (SELECT lock FROM idempotency WHERE key = :key) AND holder = :key AND resu
 """
 _KEEP_LOCK = "UPDATE idempotency SET result = :result, expires_at = :expires_at WHERE" + _HELD
 _DROP_LOCK = "DELETE FROM idempotency WHERE" + _HELD
-
-
-def _lease_start(
-    conn: sqlite3.Connection, key: str, result: str | None, claimed_at: float, now: float
-) -> float:
-    """``_rules.lease_start`` of the row ``key`` read at ``now``, written back if it moved (inside
-    the claim's transaction: a later reading must not extend the lease again)."""
-    start = lease_start(claimed_at=claimed_at, now=now)
-    if result is None and start != claimed_at:
-        conn.execute(_RESTAMP, {"key": key, "now": now})
-    return start
 
 
 class SQLiteIdempotencyStore(SQLiteStoreBase):
@@ -202,7 +185,7 @@ class SQLiteIdempotencyStore(SQLiteStoreBase):
                 outcome = claim_outcome(
                     stored_fingerprint=stored_fingerprint,
                     result=result,
-                    claimed_at=_lease_start(conn, key, result, claimed_at, now),
+                    claimed_at=claimed_at,
                     expires_at=expires_at,
                     fingerprint=fingerprint,
                     now=now,
@@ -228,7 +211,7 @@ class SQLiteIdempotencyStore(SQLiteStoreBase):
                         key=key,
                         stored_fingerprint=stored_fingerprint,
                         result=result,
-                        claimed_at=_lease_start(conn, lock, result, claimed_at, now),
+                        claimed_at=claimed_at,
                         expires_at=expires_at,
                         fingerprint=fingerprint,
                         now=now,
