@@ -41,7 +41,7 @@ from callgate.gateway._stdio import TooLarge, bounded_stdio_client, too_large
 from callgate.gateway._wire import watched
 from callgate.gateway.config import UpstreamConfig
 
-__all__ = ["TooLarge", "Upstream", "UpstreamLost", "UpstreamRefused"]
+__all__ = ["TooLarge", "Upstream", "UpstreamLost", "UpstreamRefused", "inherited"]
 
 log = logging.getLogger("callgate.gateway")
 
@@ -221,7 +221,7 @@ class Upstream:
                 async with AsyncExitStack() as stack:
                     transport = watched(await self._target(stack), ended)
                     client = await stack.enter_async_context(
-                        Client(transport, message_handler=self._notified)
+                        Client(transport, message_handler=self._notified, mode=self.config.protocol)
                     )
                     ready.append(client)
                     started.set()
@@ -266,7 +266,7 @@ class Upstream:
             StdioServerParameters(
                 command=command,
                 args=args,
-                env={**get_default_environment(), **_inherited(), **config.env},
+                env={**get_default_environment(), **inherited(), **config.env},
                 cwd=config.cwd,
             ),
             max_line=config.max_result_bytes + _ENVELOPE,
@@ -312,6 +312,6 @@ _ENVELOPE = 4096
 """Bytes of a response line beyond its result (the JSON-RPC envelope) allowed over the limit."""
 
 
-def _inherited() -> dict[str, str]:
+def inherited() -> dict[str, str]:
     """What a stdio upstream inherits besides the SDK's safe defaults: the Python path."""
     return {k: v for k, v in os.environ.items() if k in ("PYTHONPATH", "VIRTUAL_ENV")}
