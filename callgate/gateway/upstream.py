@@ -124,7 +124,15 @@ class Upstream:
             # The deadline is ours, not the SDK's: its REQUEST_TIMEOUT code is also an error an
             # upstream may answer with, which is a refusal, not a timeout.
             with anyio.fail_after(timeout) if timeout is not None else nullcontext():
-                return await client.call_tool(name, arguments)
+                # The session's request, not ``Client.call_tool``: that one also validates
+                # ``structuredContent`` against the tool's outputSchema (a JSON Schema pass per
+                # call), which the downstream client does itself on the result passed through.
+                return await client.session.send_request(
+                    types.CallToolRequest(
+                        params=types.CallToolRequestParams(name=name, arguments=arguments)
+                    ),
+                    types.CallToolResult,
+                )
         except TimeoutError:
             raise TimeoutError(f"{self.name} did not answer {name} in time") from None
         except MCPError as err:

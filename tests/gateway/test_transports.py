@@ -24,18 +24,23 @@ class TestStdio:
     """The gateway as an MCP stdio server, as an agent host would launch it."""
 
     def test_a_client_session_over_stdio_goes_through_the_guard(self, tmp_path: Path) -> None:
-        """List, a read, a refused call, and the trail written with the guard's codes."""
+        """List, a read, a refused call, a 300 kB write, and the trail written with the guard's codes."""
         config = tmp_path / "gateway.yaml"
         config.write_text(shop_config(tmp_path))
 
-        async def scenario() -> tuple[list[str], dict[str, Any], dict[str, Any]]:
+        async def scenario() -> tuple[list[str], dict[str, Any], dict[str, Any], dict[str, Any]]:
             async with Client(gateway_command(config)) as client:
                 names = [tool.name for tool in (await client.list_tools()).tools]
                 read = await client.call_tool("shop_get_order", {"order_id": "ORD-1"})
                 bad = await client.call_tool("shop_get_order", {})
-                return names, payload(read), payload(bad)
+                # One line of 300 kB each way: longer than an asyncio stream's default line limit.
+                long = await client.call_tool(
+                    "shop_add_note", {"order_id": "L", "text": "y" * 300_000}
+                )
+                return names, payload(read), payload(bad), payload(long)
 
-        names, read, bad = anyio.run(scenario)
+        names, read, bad, long = anyio.run(scenario)
+        assert long["code"] == "OK" and effects(tmp_path) == ["note L " + "y" * 300_000]
         assert "shop_get_order" in names and "shop_refund" in names
         assert read["code"] == "OK" and read["data"]["order_id"] == "ORD-1"
         assert bad["code"] == "INVALID_ARGUMENTS"
