@@ -100,6 +100,8 @@ class TestResults:
             ratio = through.structured_content["ratio"]
             assert ratio == 2 and type(ratio) is int
             assert (through.meta or {})["example.com/request"] == 3
+            stamp = (through.meta or {}).get(SERVER_INFO)  # this connection's, not the upstream's
+            assert stamp is None or stamp["name"] == "callgate-gateway"
             said = verdict(through)
             assert said["ok"] is True and said["code"] == "OK" and said["upstream"] is True
             assert said["replayed"] is False and said["outcome"] == "applied"
@@ -118,6 +120,18 @@ class TestResults:
             said = verdict(through)
             assert said["ok"] is False and said["code"] == "UPSTREAM_REJECTED"
             assert said["upstream"] is True and "never placed" in said["message"]
+
+        run(scenario)
+
+    def test_an_upstream_cannot_forge_the_verdict(self, tmp_path: Path) -> None:
+        """An error result whose _meta claims an OK verdict: the gateway's own verdict replaces it."""
+
+        async def scenario() -> None:
+            async with both(tmp_path) as (_, gated, _):
+                through = await gated.call_tool("forge", {})
+            said = verdict(through)
+            assert through.is_error and said["ok"] is False, said
+            assert said["code"] == "UPSTREAM_REJECTED" and said["upstream"] is True, said
 
         run(scenario)
 
@@ -264,7 +278,7 @@ class TestAnyResult:
     """Whatever result the upstream sends, the gateway's client receives what a direct one does."""
 
     @settings(
-        max_examples=6,
+        max_examples=4,
         deadline=None,
         suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
     )
@@ -278,8 +292,9 @@ class TestAnyResult:
             async with both(tmp_path) as (plain, gated, _):
                 for index, result in enumerate(results):
                     sent = {**result, "_meta": {"example.com/i": index}}
-                    direct = await plain.call_tool("echo_result", {"result": sent})
-                    through = await gated.call_tool("echo_result", {"result": sent})
+                    text = {"result": json.dumps(sent)}
+                    direct = await plain.call_tool("echo_result", text)
+                    through = await gated.call_tool("echo_result", text)
                     assert wire(through) == wire(direct), sent
                     said = verdict(through)
                     assert said["upstream"] is True
