@@ -33,9 +33,14 @@ from typing import Any
 
 import anyio
 from mcp import Client, StdioServerParameters
+from mcp.client.stdio import get_default_environment
 
 from callgate.gateway import parse_config, running
 from callgate.gateway.demo import gateway_command
+from callgate.gateway.upstream import inherited
+
+CHILD_ENV = {**get_default_environment(), **inherited()}
+"""What the bench's children inherit: the SDK's safe variables and this process's Python path."""
 
 CONFIG = """\
 policy:
@@ -54,7 +59,9 @@ telemetry: {trail: false}
 
 def upstream_command() -> StdioServerParameters:
     return StdioServerParameters(
-        command=sys.executable, args=["-m", "callgate.gateway.demo_upstream"]
+        command=sys.executable,
+        args=["-m", "callgate.gateway.demo_upstream"],
+        env=CHILD_ENV,  # this checkout's callgate, as the gateway's own upstream gets
     )
 
 
@@ -130,7 +137,9 @@ async def end_to_end(
 ) -> tuple[list[list[int]], tuple[float, float] | None]:
     """Samples of the three paths, and the CPU per call of the bare proxy and of the gateway
     process (wall times on a loaded machine are mostly waiting; CPU is what the hop costs)."""
-    bare = StdioServerParameters(command=sys.executable, args=[__file__, "--serve-bare-proxy"])
+    bare = StdioServerParameters(
+        command=sys.executable, args=[__file__, "--serve-bare-proxy"], env=CHILD_ENV
+    )
     async with (
         Client(upstream_command()) as direct,
         Client(bare) as proxied,
