@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import os
 import statistics
 import sys
 import tempfile
@@ -32,9 +33,14 @@ from typing import Any
 
 import anyio
 from mcp import Client, StdioServerParameters
+from mcp.client.stdio import get_default_environment
 
 from callgate.gateway import parse_config, running
 from callgate.gateway.demo import gateway_command
+from callgate.gateway.upstream import inherited
+
+CHILD_ENV = {**get_default_environment(), **inherited()}
+"""What the bench's children inherit: the SDK's safe variables and this process's Python path."""
 
 CONFIG = """\
 policy:
@@ -53,7 +59,9 @@ telemetry: {trail: false}
 
 def upstream_command() -> StdioServerParameters:
     return StdioServerParameters(
-        command=sys.executable, args=["-m", "callgate.gateway.demo_upstream"]
+        command=sys.executable,
+        args=["-m", "callgate.gateway.demo_upstream"],
+        env=CHILD_ENV,  # this checkout's callgate, as the gateway's own upstream gets
     )
 
 
@@ -93,8 +101,45 @@ async def alternate(
     return first, second
 
 
-async def end_to_end(config: Path, calls: int, block: int) -> list[list[int]]:
-    bare = StdioServerParameters(command=sys.executable, args=[__file__, "--serve-bare-proxy"])
+def children() -> dict[int, str]:
+    """This process's child processes: pid to command line."""
+    found = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[1]) == os.getpid():
+                found[int(stat.parent.name)] = (stat.parent / "cmdline").read_bytes().decode()
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU of ``pid`` so far (Linux ``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def middle_pids() -> tuple[int, int] | None:
+    """The bare proxy's and the gateway's pids (the processes between client and upstream)."""
+    by_role = {
+        ("proxy" if "--serve-bare-proxy" in line else "gateway"): pid
+        for pid, line in children().items()
+        if "--serve-bare-proxy" in line or "gateway\0--config" in line
+    }
+    if set(by_role) != {"proxy", "gateway"}:
+        return None
+    return by_role["proxy"], by_role["gateway"]
+
+
+async def end_to_end(
+    config: Path, calls: int, block: int
+) -> tuple[list[list[int]], tuple[float, float] | None]:
+    """Samples of the three paths, and the CPU per call of the bare proxy and of the gateway
+    process (wall times on a loaded machine are mostly waiting; CPU is what the hop costs)."""
+    bare = StdioServerParameters(
+        command=sys.executable, args=[__file__, "--serve-bare-proxy"], env=CHILD_ENV
+    )
     async with (
         Client(upstream_command()) as direct,
         Client(bare) as proxied,
@@ -108,7 +153,14 @@ async def end_to_end(config: Path, calls: int, block: int) -> list[list[int]]:
                 assert not result.is_error, result
 
             paths.append(call)
-        return await alternate_all(paths, calls, block)
+        pids = middle_pids()
+        before = [cpu_seconds(pid) for pid in pids] if pids else []
+        samples = await alternate_all(paths, calls, block)
+        if not pids:
+            return samples, None
+        done = len(samples[0]) + 200  # the warm-up calls ran inside the window too
+        proxy, gateway = (cpu_seconds(pid) - start for pid, start in zip(pids, before, strict=True))
+        return samples, (proxy * 1e3 / done, gateway * 1e3 / done)
 
 
 async def alternate_all(
@@ -192,7 +244,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="callgate-bench-") as folder:
         config = Path(folder) / "gateway.yaml"
         config.write_text(CONFIG)
-        direct, proxied, gated = anyio.run(end_to_end, config, options.calls, options.block)
+        (direct, proxied, gated), cpu = anyio.run(end_to_end, config, options.calls, options.block)
         report(
             "end to end over stdio",
             direct,
@@ -216,6 +268,10 @@ def main() -> None:
             "client -> gateway -> upstream",
             "added by guard + gateway",
         )
+        if cpu is not None:
+            print("\nCPU per call of the process in the middle (user + system, same run)")
+            print(f"  bare SDK proxy               {cpu[0]:7.3f} ms")
+            print(f"  gateway (guard included)     {cpu[1]:7.3f} ms   (x{cpu[1] / cpu[0]:.2f})")
         upstream, gateway = anyio.run(in_process, CONFIG, options.calls, options.block)
         report(
             "inside the gateway process",

@@ -13,7 +13,7 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
@@ -161,6 +161,10 @@ class UpstreamConfig(_Model):
     """Seconds to connect and list tools."""
     max_result_bytes: Annotated[int, Field(gt=0)] = 1_000_000
     """Larger results are refused as they arrive (a typed error), never parsed nor passed on."""
+    protocol: Literal["auto", "legacy"] = "auto"
+    """``auto`` speaks 2026-07-28 to an upstream that offers it, else the initialize handshake;
+    ``legacy`` always the handshake, so fields 2026-07-28 removed (a tool's ``execution``) still
+    reach handshake-era clients."""
     tools: dict[str, ToolConfig] = {}
 
     @field_validator("cwd")

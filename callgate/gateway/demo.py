@@ -17,16 +17,24 @@ from typing import Any
 import anyio
 import mcp_types as types
 from mcp import Client, StdioServerParameters
+from mcp.client.stdio import get_default_environment
+
+from callgate.gateway.results import VERDICT_KEY
+from callgate.gateway.upstream import inherited
 
 __all__ = ["demo_config", "gateway_command", "run_demo"]
 
 
 def gateway_command(config: Path) -> StdioServerParameters:
-    """``callgate gateway --config config`` with this interpreter, as an MCP stdio server."""
+    """``callgate gateway --config config`` with this interpreter, as an MCP stdio server.
+
+    It inherits this process's Python path (the SDK passes a child only a few safe variables), so
+    it runs the same ``callgate`` as its caller, a checkout's included."""
     return StdioServerParameters(
         command=sys.executable,
         args=["-c", "from callgate.cli import main; main()", "gateway", "--config", str(config)],
         cwd=str(config.parent),
+        env={**get_default_environment(), **inherited()},
     )
 
 
@@ -136,9 +144,7 @@ async def _drive(config: Path, lines: list[str | dict[str, Any]]) -> None:
         lines.append({"tools/list": [tool.name for tool in listed.tools]})
         for why, name, arguments in _SCRIPT:
             result = await client.call_tool(name, arguments)
-            payload = (
-                result.structured_content if isinstance(result.structured_content, dict) else {}
-            )
+            payload = (result.meta or {}).get(VERDICT_KEY) or {}
             lines.append(
                 {
                     "step": why,

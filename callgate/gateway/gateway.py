@@ -17,7 +17,7 @@ import anyio
 import anyio.abc
 import mcp_types as types
 
-from callgate.gateway.config import GatewayConfig, PrincipalConfig
+from callgate.gateway.config import GatewayConfig, PrincipalConfig, UpstreamConfig
 from callgate.gateway.pins import PinStore, definition_hash, instructions, review
 from callgate.gateway.policy import principal_policy
 from callgate.gateway.questions import Questions
@@ -28,13 +28,11 @@ from guard import (
     AmountLimit,
     ApprovalNotFound,
     Clock,
-    Effect,
     Guard,
     GuardError,
     Observer,
     Policy,
     Principal,
-    Risk,
     ToolResult,
     ToolSpec,
 )
@@ -52,6 +50,16 @@ _SESSION_TTL = 86_400.0
 
 def _denied_key(proposal_key: str) -> str:
     return f"gw:denied:{proposal_key}"
+
+
+def _listed_as(tool: types.Tool, exposed: str, upstream: UpstreamConfig) -> types.Tool:
+    """The upstream's definition under its exposed name; without ``outputSchema`` when
+    ``result_fields`` cuts the result (see ``tools.filtered``)."""
+    update: dict[str, Any] = {"name": exposed}
+    configured = upstream.tools.get(tool.name)
+    if configured is not None and configured.result_fields is not None:
+        update["output_schema"] = None
+    return tool.model_copy(update=update)
 
 
 class GatewayError(RuntimeError):
@@ -167,30 +175,18 @@ class Gateway:
         ]
 
     def listing(self, principal: str) -> list[types.Tool]:
-        """``tools/list`` for ``principal``: the upstream's schema, annotations from the real policy."""
+        """``tools/list`` for ``principal``: each upstream definition as listed, under its exposed
+        name (title, schemas, annotations, ``execution`` and ``_meta`` unchanged: the gateway's
+        risk classification is its own policy and never rewrites the upstream's hints)."""
         for entry in [e for e in self.entries.values() if e.blocked]:
             self._recheck_pin(entry)  # re-pinned since: listed again, no blind call needed
-        tools = []
-        for entry in self.allowed(principal):
-            spec = entry.spec
-            assert spec is not None
-            tools.append(
-                types.Tool(
-                    name=entry.exposed,
-                    title=entry.definition.get("title"),
-                    description=spec.description,
-                    input_schema=entry.definition.get("inputSchema") or {"type": "object"},
-                    annotations=types.ToolAnnotations(
-                        read_only_hint=spec.effect is Effect.READ,
-                        destructive_hint=spec.effect is Effect.WRITE and spec.risk > Risk.LOW,
-                        idempotent_hint=spec.effect is Effect.READ or spec.idempotent_backend,
-                        open_world_hint=(entry.definition.get("annotations") or {}).get(
-                            "openWorldHint"
-                        ),
-                    ),
-                )
-            )
-        return tools
+        return [entry.listed for entry in self.allowed(principal) if entry.listed is not None]
+
+    def lists_output_schema(self, name: str) -> bool:
+        """Whether the tool ``name`` is listed with an ``outputSchema`` (its clients validate
+        ``structuredContent`` against it, so the gateway never sends them a shape of its own)."""
+        entry = self.entries.get(name)
+        return entry is not None and entry.listed is not None and bool(entry.listed.output_schema)
 
     # -- calls ------------------------------------------------------------------------------------
 
@@ -369,6 +365,7 @@ class Gateway:
             )
             if entry.blocked:
                 log.warning("tool %s is blocked: %s", entry.exposed, verdict.why)
+            entry.listed = _listed_as(tool, exposed, config)
             try:
                 entry.spec, entry.limit = build_tool(entry, tool, config, self._build())
             except (UnsupportedSchema, ValueError, GuardError) as err:

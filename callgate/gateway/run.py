@@ -14,7 +14,7 @@ from mcp.server.lowlevel.server import NotificationOptions
 from mcp.server.stdio import stdio_server
 
 from callgate.approvals import list_actions, open_stores
-from callgate.gateway._downstream import DuplicateKeys, FilteredLines
+from callgate.gateway._downstream import DuplicateKeys, FilteredLines, event_loop_stdio
 from callgate.gateway.config import GatewayConfig
 from callgate.gateway.gateway import Gateway
 from callgate.gateway.pins import open_pin_store
@@ -79,10 +79,14 @@ async def serve_stdio(gateway: Gateway) -> None:
         raise ValueError("serve.stdio.principal is not set: stdio needs one configured principal")
     session_id = f"stdio-{uuid.uuid4().hex[:16]}"
     server = build_server(gateway, lambda ctx: (principal, session_of(ctx, principal, session_id)))
-    # Duplicate JSON keys are caught in the raw text, before the SDK's parser merges them.
-    async with stdio_server(stdin=FilteredLines()) as (read_stream, write_stream):  # type: ignore[arg-type]
-        options = server.create_initialization_options(NotificationOptions(tools_changed=True))
-        await server.run(read_stream, write_stream, options)
+    # Duplicate JSON keys are caught in the raw text, before the SDK's parser merges them; stdin
+    # and stdout are read and written on the event loop where they can be (no thread per line).
+    async with event_loop_stdio() as pipes:
+        stdin, stdout = pipes if pipes is not None else (FilteredLines(), None)
+        # Duck-typed: the SDK iterates stdin's lines and awaits stdout's write and flush.
+        async with stdio_server(stdin=stdin, stdout=stdout) as (read_stream, write_stream):  # type: ignore[arg-type]
+            options = server.create_initialization_options(NotificationOptions(tools_changed=True))
+            await server.run(read_stream, write_stream, options)
 
 
 async def serve_http(

@@ -1,7 +1,8 @@
 """The downstream MCP server: ``tools/list`` and ``tools/call`` over the gateway, and confirmation.
 
-A rejected call is a tool error (``isError``) carrying the code and the message, rendered exactly as
-``guard.providers.mcp`` renders any guard result. A call that needs a human asks one through MCP
+A call the guard lets through answers with the upstream's result unchanged, the guard's verdict in
+``_meta["callgate"]``; a refused or held call is a tool error (``isError``) carrying the guard's
+payload (see ``callgate.gateway.results``). A call that needs a human asks one through MCP
 elicitation when the client declares it, shown the exact arguments the approval binds:
 
 - on a handshake-era connection (2025-11-25 and before) with a back-channel, as an
@@ -29,18 +30,21 @@ import anyio
 import mcp_types as types
 from mcp.server import Server
 from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel.server import NotificationOptions
+from mcp.server.models import InitializationOptions
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from opentelemetry import context as otel_context
 
 from callgate.gateway._json import RAW_ARGUMENTS_KEY
 from callgate.gateway.gateway import Gateway
 from callgate.gateway.proxy import handlers, logging_declared, relaying
 from callgate.gateway.questions import Question
+from callgate.gateway.results import caller_context, render
 from guard import ToolResult
 from guard.approval_view import approval_question
-from guard.providers.mcp import render_mcp
 from guard.stores import PendingAction
 
-__all__ = ["Identity", "build_server", "render"]
+__all__ = ["Identity", "build_server"]
 
 log = logging.getLogger("callgate.gateway")
 
@@ -63,9 +67,21 @@ _QUESTION: dict[str, Any] = {
 }
 
 
-def render(result: ToolResult) -> types.CallToolResult:
-    """The guard's result as an MCP tool result: text and structured content, ``isError`` if refused."""
-    return types.CallToolResult.model_validate(render_mcp(result, 0)["result"])
+class _GatewayServer(Server[Any]):
+    """The SDK's server, declaring ``tools.listChanged`` on every transport (streamable HTTP builds
+    its initialization options without arguments): the gateway announces listing changes."""
+
+    def create_initialization_options(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+    ) -> InitializationOptions:
+        return super().create_initialization_options(
+            notification_options or NotificationOptions(tools_changed=True),
+            experimental_capabilities,
+            extensions,
+        )
 
 
 def build_server(
@@ -86,12 +102,28 @@ def build_server(
     async def call_tool(
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult | types.InputRequiredResult:
+        caller = caller_context(params.meta)
+        token = otel_context.attach(caller) if caller is not None else None
+        try:
+            return await called(ctx, params)
+        finally:
+            if token is not None:
+                otel_context.detach(token)
+
+    async def called(
+        ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult | types.InputRequiredResult:
         principal, session_id = identity(ctx)
+        structured = not gateway.lists_output_schema(params.name)
+
+        def shown(result: ToolResult) -> types.CallToolResult:
+            return render(result, structured=structured)
+
         in_band = gateway.config.policy.in_band_approval
         if params.request_state is not None and in_band:
             answered = await _answered(gateway, ctx, params, principal, session_id)
             if answered is not None:
-                return render(answered)
+                return shown(answered)
         call_id = str(ctx.request_id) if ctx.request_id is not None else None
         raw = (params.meta or {}).get(RAW_ARGUMENTS_KEY)  # set only by the transport (_json)
         arguments = raw if isinstance(raw, str) else params.arguments
@@ -107,10 +139,10 @@ def build_server(
             or not in_band
             or not _can_elicit(ctx)
         ):
-            return render(result)
+            return shown(result)
         action = gateway.pending(result.approval_id)
         if action is None:
-            return render(result)
+            return shown(result)
         policy = gateway.config.policy
         question = approval_question(action)
         if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS or not ctx.session.can_send_request:
@@ -131,12 +163,12 @@ def build_server(
                 },
                 request_state=gateway.questions.ask(asked, now=time.time()),
             )
-        answer = await _ask(ctx, question, policy.elicitation_timeout)
-        decided = await _apply(gateway, action, answer, principal)
-        return render(decided if decided is not None else result)
+        reply = await _ask(ctx, question, policy.elicitation_timeout)
+        decided = await _apply(gateway, action, reply, principal)
+        return shown(decided if decided is not None else result)
 
     with logging_declared():
-        return Server(
+        return _GatewayServer(
             name,
             version=_version(),
             on_list_tools=list_tools,

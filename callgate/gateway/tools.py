@@ -34,9 +34,10 @@ from guard import (
 )
 from guard.stores import CounterStore
 
-__all__ = ["GatewayTool", "ToolBuild", "build_tool", "to_data"]
+__all__ = ["GatewayTool", "ToolBuild", "build_tool", "filtered", "passed_result"]
 
 DAY = 86_400.0
+_PROTOCOL_META = "io.modelcontextprotocol/"
 
 
 @dataclass(kw_only=True)
@@ -61,6 +62,8 @@ class GatewayTool:
     spec: ToolSpec | None = None
     limit: AmountLimit | None = None
     """Its amount limit, for the policy."""
+    listed: types.Tool | None = None
+    """Its ``tools/list`` entry: the upstream's definition under the exposed name."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -199,14 +202,14 @@ def _handler(
             ) from big
         except ValidationError as malformed:  # the SDK could not read the upstream's answer
             raise _unreadable(entry.exposed, is_write, "a malformed result") from malformed
-        return to_data(
+        return passed_result(
             result, fields=fields, limit_bytes=limit_bytes, tool=entry.exposed, is_write=is_write
         )
 
     return call_upstream
 
 
-def to_data(
+def passed_result(
     result: types.CallToolResult,
     *,
     fields: tuple[str, ...] | None,
@@ -214,33 +217,47 @@ def to_data(
     tool: str,
     is_write: bool,
 ) -> dict[str, Any]:
-    """The upstream's result as the data the guard passes on: structured if it can, filtered, bounded."""
-    size = len(result.model_dump_json(by_alias=True, exclude_none=True))
+    """The upstream's result as wire JSON, the data the guard passes on: bounded, otherwise unchanged.
+
+    Only what the upstream set is kept (``exclude_unset``): its content blocks with their
+    annotations, its ``structuredContent`` as parsed (integers stay integers), its ``isError`` and
+    ``_meta``. ``server.render`` hands it to the client as it is, the verdict beside it in
+    ``_meta``. An error result raises ``UPSTREAM_REJECTED`` carrying it, so the client sees the
+    upstream's own error content and the guard records a refusal (nothing was done).
+    ``fields`` (``result_fields``) is the one exception: see ``filtered``."""
+    wire = result.model_dump(mode="json", by_alias=True, exclude_unset=True)
+    wire.pop("resultType", None)  # the SDK's own field: the downstream server sets its own
+    if isinstance(meta := wire.get("_meta"), dict):
+        # Protocol keys (the upstream's serverInfo stamp) describe that connection, not the result.
+        kept = {k: v for k, v in meta.items() if not k.startswith(_PROTOCOL_META)}
+        if kept:
+            wire["_meta"] = kept
+        else:
+            del wire["_meta"]
+    size = len(json.dumps(wire, ensure_ascii=False, separators=(",", ":")))
     if size > limit_bytes:
         raise _unreadable(tool, is_write, f"a result of {size} bytes (the limit is {limit_bytes})")
-    texts = [block.text for block in result.content if isinstance(block, types.TextContent)]
     if result.is_error:
+        texts = [block.text for block in result.content if isinstance(block, types.TextContent)]
         raise RuleViolation(
             Code.UPSTREAM_REJECTED,
             f"The tool reported an error: {_clip(' '.join(texts)) or 'no detail'}.",
+            data=wire,
         )
-    data: dict[str, Any]
-    if isinstance(result.structured_content, dict):
-        data = dict(result.structured_content)
-    elif len(texts) == 1 and isinstance(parsed := _json_object(texts[0]), dict):
-        data = parsed
-    else:
-        data = {"text": "\n".join(texts)} if texts else {}
-        others = [
-            block.model_dump(mode="json", by_alias=True, exclude_none=True)
-            for block in result.content
-            if not isinstance(block, types.TextContent)
-        ]
-        if others:
-            data["content"] = others
-    if fields is not None:
-        data = {key: data[key] for key in fields if key in data}
-    return data
+    return wire if fields is None else filtered(result, fields)
+
+
+def filtered(result: types.CallToolResult, fields: tuple[str, ...]) -> dict[str, Any]:
+    """A result cut to ``fields``: the structured result (or the one JSON text block) keeps only
+    those keys and the content becomes its JSON text, so nothing else reaches the model. The tool
+    is listed without its ``outputSchema``, which the cut result need not match."""
+    texts = [block.text for block in result.content if isinstance(block, types.TextContent)]
+    data: Any = result.structured_content
+    if not isinstance(data, dict):
+        data = _json_object(texts[0]) if len(texts) == 1 else None
+    kept = {key: data[key] for key in fields if key in data} if isinstance(data, dict) else {}
+    text = json.dumps(kept, ensure_ascii=False)
+    return {"content": [{"type": "text", "text": text}], "structuredContent": kept}
 
 
 class _Unreadable(Exception):

@@ -42,7 +42,7 @@ from callgate.gateway._wire import watched
 from callgate.gateway.config import UpstreamConfig
 from callgate.gateway.proxy import Relays
 
-__all__ = ["TooLarge", "Upstream", "UpstreamLost", "UpstreamRefused"]
+__all__ = ["TooLarge", "Upstream", "UpstreamLost", "UpstreamRefused", "inherited"]
 
 log = logging.getLogger("callgate.gateway")
 
@@ -130,7 +130,16 @@ class Upstream:
                 anyio.fail_after(timeout) if timeout is not None else nullcontext(),
                 self.relays.during() as progress,
             ):
-                result = await client.call_tool(name, arguments, progress_callback=progress)
+                # The session's request, not ``Client.call_tool``: that one also validates
+                # ``structuredContent`` against the tool's outputSchema (a JSON Schema pass per
+                # call), which the downstream client does itself on the result passed through.
+                result = await client.session.send_request(
+                    types.CallToolRequest(
+                        params=types.CallToolRequestParams(name=name, arguments=arguments)
+                    ),
+                    types.CallToolResult,
+                    progress_callback=progress,
+                )
                 self.relays.returned(result)
                 return result
         except TimeoutError:
@@ -238,6 +247,7 @@ class Upstream:
                             message_handler=self._notified,
                             logging_callback=self.relays.logged,
                             log_level="debug",  # every level: each client's own opt-in decides
+                            mode=self.config.protocol,
                         )
                     )
                     ready.append(client)
@@ -283,7 +293,7 @@ class Upstream:
             StdioServerParameters(
                 command=command,
                 args=args,
-                env={**get_default_environment(), **_inherited(), **config.env},
+                env={**get_default_environment(), **inherited(), **config.env},
                 cwd=config.cwd,
             ),
             max_line=config.max_result_bytes + _ENVELOPE,
@@ -329,6 +339,6 @@ _ENVELOPE = 4096
 """Bytes of a response line beyond its result (the JSON-RPC envelope) allowed over the limit."""
 
 
-def _inherited() -> dict[str, str]:
+def inherited() -> dict[str, str]:
     """What a stdio upstream inherits besides the SDK's safe defaults: the Python path."""
     return {k: v for k, v in os.environ.items() if k in ("PYTHONPATH", "VIRTUAL_ENV")}

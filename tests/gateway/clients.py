@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -11,6 +12,7 @@ import mcp_types as types
 from mcp import Client
 
 from callgate.gateway import Gateway, parse_config, running
+from callgate.gateway.results import VERDICT_KEY
 from callgate.gateway.server import build_server
 from guard import Clock
 
@@ -44,9 +46,26 @@ async def client(
 
 
 def payload(result: types.CallToolResult) -> dict[str, Any]:
-    """The guard's result as the client got it (``structuredContent``)."""
-    assert isinstance(result.structured_content, dict)
-    return result.structured_content
+    """The guard's verdict (``_meta["callgate"]``) with ``data``: the upstream's result when the
+    call went through (its ``structuredContent``, else its one JSON text block), else the refusal's
+    details."""
+    verdict = dict((result.meta or {})[VERDICT_KEY])
+    if verdict["upstream"]:
+        verdict["data"] = upstream_data(result)
+    return verdict
+
+
+def upstream_data(result: types.CallToolResult) -> Any:
+    """What the upstream answered: its ``structuredContent``, else its one text block as JSON."""
+    if result.structured_content is not None:
+        return result.structured_content
+    texts = [block.text for block in result.content if isinstance(block, types.TextContent)]
+    if len(texts) != 1:
+        return None
+    try:
+        return json.loads(texts[0])
+    except ValueError:
+        return {"text": texts[0]}
 
 
 def answering(approve: bool, asked: list[str]) -> Elicit:

@@ -27,7 +27,7 @@ REFUND = {"order_id": "RS", "amount_cents": 42}
 
 def refund(gateway: StdioGateway) -> dict[str, object]:
     answer = gateway.request("tools/call", {"name": "shop_refund", "arguments": REFUND})
-    structured: dict[str, object] = answer["structuredContent"]
+    structured: dict[str, object] = answer["_meta"]["callgate"]
     return structured
 
 

@@ -101,7 +101,7 @@ class StdioGateway:
         result = self.request(
             "tools/call", {"name": "bank_pay", "arguments": {"invoice": invoice}}, wait=wait
         )
-        return None if result is None else result["structuredContent"]
+        return None if result is None else result["_meta"]["callgate"]
 
     def close(self) -> None:
         """Close stdin (a stdio server's cue to exit), wait for the process, then its pipes."""

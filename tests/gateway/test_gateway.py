@@ -25,6 +25,7 @@ import telemetry
 from callgate.gateway import Gateway, GatewayError, parse_config, running
 from callgate.gateway.server import build_server
 from guard.testing import RecordingObserver
+from tests.gateway.clients import payload
 from tests.gateway.conftest import HERE, effects, shop_config
 
 Elicit = Callable[[Any, types.ElicitRequestParams], Awaitable[types.ElicitResult]]
@@ -49,13 +50,6 @@ async def connected(
         server = build_server(gateway, lambda ctx: (principal, session))
         async with Client(server, elicitation_callback=elicit, mode=mode) as client:
             yield gateway, client
-
-
-def payload(result: types.CallToolResult) -> dict[str, Any]:
-    assert isinstance(result.structured_content, dict)
-    text = result.content[0]
-    assert isinstance(text, types.TextContent)
-    return result.structured_content
 
 
 def run(scenario: Callable[[], Awaitable[None]]) -> None:
@@ -136,21 +130,22 @@ class TestCalls:
 
         run(scenario)
 
-    def test_annotations_downstream_say_what_the_policy_enforces(self, tmp_path: Path) -> None:
-        """An unannotated upstream tool is listed as a destructive, non-idempotent write."""
+    def test_annotations_downstream_are_the_upstreams_whatever_the_policy(
+        self, tmp_path: Path
+    ) -> None:
+        """The hints pass unchanged (none for an unannotated tool), though the policy treats the
+        unannotated tool as a destructive write and a config override makes a write a read."""
+        text = shop_config(tmp_path).replace("      big: {}", "      add_note: {effect: read}")
 
         async def scenario() -> None:
-            async with connected(shop_config(tmp_path), tmp_path) as (_, client):
+            async with connected(text, tmp_path) as (gateway, client):
                 tools = {tool.name: tool for tool in (await client.list_tools()).tools}
-            wipe = tools["shop_wipe"].annotations
-            read = tools["shop_get_order"].annotations
-            assert wipe is not None and read is not None
-            assert (wipe.read_only_hint, wipe.destructive_hint, wipe.idempotent_hint) == (
-                False,
-                True,
-                False,
-            )
-            assert read.read_only_hint is True
+                upstream = {tool.name: tool for tool in gateway.upstreams[0].tools}
+            assert tools["shop_wipe"].annotations is None
+            for name in ("get_order", "add_note", "refund", "wipe"):
+                assert tools[f"shop_{name}"].annotations == upstream[name].annotations
+            note = tools["shop_add_note"].annotations
+            assert note is not None and note.read_only_hint is False
 
         run(scenario)
 
@@ -195,7 +190,7 @@ class TestWrites:
             async with connected(shop_config(tmp_path), tmp_path) as (_, client):
                 first = await client.call_tool("shop_add_note", {"order_id": "O1", "text": "hi"})
                 second = await client.call_tool("shop_add_note", {"order_id": "O1", "text": "hi"})
-            assert payload(first)["code"] == "OK" and "replayed" not in payload(first)
+            assert payload(first)["code"] == "OK" and payload(first)["replayed"] is False
             assert payload(second)["replayed"] is True
             assert payload(second)["data"] == payload(first)["data"]
             assert effects(tmp_path) == ["note O1 hi"]
@@ -363,7 +358,7 @@ class TestFaults:
                 result = await client.call_tool("shop_big", {})
             data = payload(result)
             assert data["code"] == "UPSTREAM_REJECTED" and "bytes" in data["message"]
-            assert "data" not in data
+            assert "data" not in data and data["upstream"] is False
 
         run(scenario)
 

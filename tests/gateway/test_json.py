@@ -102,8 +102,8 @@ class TestOverStdio:
             process.stdin.close()
             process.wait(timeout=60)
             process.stdout.close()
-        refused = answers[7]["result"]["structuredContent"]
+        refused = answers[7]["result"]["_meta"]["callgate"]
         assert refused["code"] == "INVALID_JSON" and "duplicate key" in refused["message"]
         assert "result" in answers[8], answers[8]
-        assert answers[8]["result"]["structuredContent"]["code"] == "OK"
+        assert answers[8]["result"]["_meta"]["callgate"]["code"] == "OK"
         assert effects(tmp_path) == ["note A z"]

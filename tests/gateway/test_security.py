@@ -198,7 +198,7 @@ class TestSessions:
                 twin = payload(await two.call_tool("shop_refund", REFUND))
             assert locked["code"] == "VALIDATION_BUDGET_EXHAUSTED"
             assert note["code"] == "OK" and loops == ["OK", "OK", "OK"]
-            assert twin["code"] == "CONFIRMATION_REQUIRED" and "replayed" not in twin
+            assert twin["code"] == "CONFIRMATION_REQUIRED" and twin["replayed"] is False
             assert effects(tmp_path) == ["refund ORD-9 90000", "note N t"]
 
         run(scenario)

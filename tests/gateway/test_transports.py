@@ -9,38 +9,38 @@ from typing import Any
 
 import anyio
 import httpx2
-import mcp_types as types
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from callgate.gateway.demo import gateway_command
+from tests.gateway.clients import payload
 from tests.gateway.conftest import effects, free_port, shop_config, wait_for_port
 
 TOKEN_BOT = "bot-token-0123456789abcdef"
 TOKEN_READER = "reader-token-0123456789abcdef"
 
 
-def _payload(result: types.CallToolResult) -> dict[str, Any]:
-    assert isinstance(result.structured_content, dict)
-    return result.structured_content
-
-
 class TestStdio:
     """The gateway as an MCP stdio server, as an agent host would launch it."""
 
     def test_a_client_session_over_stdio_goes_through_the_guard(self, tmp_path: Path) -> None:
-        """List, a read, a refused call, and the trail written with the guard's codes."""
+        """List, a read, a refused call, a 300 kB write, and the trail written with the guard's codes."""
         config = tmp_path / "gateway.yaml"
         config.write_text(shop_config(tmp_path))
 
-        async def scenario() -> tuple[list[str], dict[str, Any], dict[str, Any]]:
+        async def scenario() -> tuple[list[str], dict[str, Any], dict[str, Any], dict[str, Any]]:
             async with Client(gateway_command(config)) as client:
                 names = [tool.name for tool in (await client.list_tools()).tools]
                 read = await client.call_tool("shop_get_order", {"order_id": "ORD-1"})
                 bad = await client.call_tool("shop_get_order", {})
-                return names, _payload(read), _payload(bad)
+                # One line of 300 kB each way: longer than an asyncio stream's default line limit.
+                long = await client.call_tool(
+                    "shop_add_note", {"order_id": "L", "text": "y" * 300_000}
+                )
+                return names, payload(read), payload(bad), payload(long)
 
-        names, read, bad = anyio.run(scenario)
+        names, read, bad, long = anyio.run(scenario)
+        assert long["code"] == "OK" and effects(tmp_path) == ["note L " + "y" * 300_000]
         assert "shop_get_order" in names and "shop_refund" in names
         assert read["code"] == "OK" and read["data"]["order_id"] == "ORD-1"
         assert bad["code"] == "INVALID_ARGUMENTS"
@@ -66,7 +66,8 @@ class TestHttp:
     """Streamable HTTP downstream: bearer tokens map to principals; no token, no entry."""
 
     def test_tokens_select_principals_and_a_missing_token_gets_401(self, tmp_path: Path) -> None:
-        """The bot sees every tool, the reader one; a request without a token is refused."""
+        """The bot sees every tool, the reader one; a request without a token is refused; a
+        handshake-era client is told the tool listing may change (``listChanged``)."""
         port = free_port()
         config = tmp_path / "gateway.yaml"
         text = shop_config(tmp_path) + (
@@ -89,11 +90,16 @@ class TestHttp:
         try:
             wait_for_port(port, timeout=30)
 
-            async def scenario() -> tuple[int, list[str], list[str], dict[str, Any]]:
+            async def scenario() -> tuple[int, list[str], list[str], dict[str, Any], Any]:
                 async with httpx2.AsyncClient() as http:
                     anonymous = await http.post(
                         url, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
                     )
+                async with (
+                    httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN_BOT}"}) as http,
+                    Client(streamable_http_client(url, http_client=http), mode="legacy") as old,
+                ):
+                    declared = old.server_capabilities.tools
                 views = []
                 read: dict[str, Any] = {}
                 for token in (TOKEN_BOT, TOKEN_READER):
@@ -103,16 +109,17 @@ class TestHttp:
                     ):
                         views.append([t.name for t in (await client.list_tools()).tools])
                         if token == TOKEN_READER:
-                            read = _payload(
+                            read = payload(
                                 await client.call_tool("shop_get_order", {"order_id": "H1"})
                             )
-                return anonymous.status_code, views[0], views[1], read
+                return anonymous.status_code, views[0], views[1], read, declared
 
-            status, bot_view, reader_view, read = anyio.run(scenario)
+            status, bot_view, reader_view, read, declared = anyio.run(scenario)
         finally:
             process.terminate()
             process.communicate(timeout=20)
         assert status == 401
+        assert declared is not None and declared.list_changed is True  # announced over HTTP too
         assert "shop_refund" in bot_view and len(bot_view) > 1
         assert reader_view == ["shop_get_order"]
         assert read["code"] == "OK"
@@ -151,16 +158,14 @@ class TestHttpSessions:
             ):
                 meta_a = {"io.callgate/conversation": "a"} if meta is not None else None
                 meta_b = {"io.callgate/conversation": "b"} if meta is not None else None
-                codes.append(
-                    _payload(await a.call_tool("shop_add_note", note, meta=meta_a))["code"]
-                )
+                codes.append(payload(await a.call_tool("shop_add_note", note, meta=meta_a))["code"])
                 page = {"url": "https://example.com"}
                 await a.call_tool("shop_fetch_page", page, meta=meta_a)
-                second = _payload(await b.call_tool("shop_add_note", note, meta=meta_b))
+                second = payload(await b.call_tool("shop_add_note", note, meta=meta_b))
                 codes.append(second["code"] + (" replayed" if second.get("replayed") else ""))
                 other = {"order_id": "T", "text": mode}
                 codes.append(
-                    _payload(await a.call_tool("shop_add_note", other, meta=meta_a))["code"]
+                    payload(await a.call_tool("shop_add_note", other, meta=meta_a))["code"]
                 )
             return codes
 

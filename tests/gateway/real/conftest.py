@@ -23,21 +23,6 @@ from callgate.gateway.demo import gateway_command
 from tests.gateway.real.install import Installed, install
 from tests.gateway.real.servers import Server
 
-PASS_THROUGH_PENDING = pytest.mark.xfail(
-    raises=AssertionError,
-    strict=False,
-    reason="issue 21 item 11, the pass-through contract (h/gwpass): remove this mark once it is merged",
-)
-"""On tests that hold the gateway to the pass-through contract main does not meet yet. Only an
-assertion is expected to fail: a crash or a timeout still fails the test."""
-
-PROXYING_PENDING = pytest.mark.xfail(
-    raises=AssertionError,
-    strict=False,
-    reason="issue 21 item 12, proxying beyond tools (h/gwproxy): remove this mark once it is merged",
-)
-"""On the conformance comparison, which needs logging, resources and prompts proxied."""
-
 PAGE = b"<html><head><title>Tides</title></head><body><h1>Tides</h1><p>The moon pulls the sea.</p></body></html>"
 
 

@@ -14,7 +14,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from tests.gateway.real.conformance import TOKEN, Deployment, deployed, score, table
-from tests.gateway.real.conftest import PASS_THROUGH_PENDING, PROXYING_PENDING, definition, wire
+from tests.gateway.real.conftest import definition, wire
 from tests.gateway.real.install import Installed
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # the first test installs the servers
@@ -53,7 +53,6 @@ class TestConformance:
         assert len(direct) >= 30
         assert sum(direct.values()) > 0
 
-    @PROXYING_PENDING
     def test_the_gateway_passes_what_the_reference_server_passes(
         self, scores: tuple[dict[str, bool], dict[str, bool]]
     ) -> None:
@@ -66,7 +65,6 @@ class TestConformance:
 class TestHttp:
     """The SDK client over streamable HTTP, with the gateway's bearer token."""
 
-    @PASS_THROUGH_PENDING
     def test_the_listing_and_a_call_equal_the_direct_ones(self, deployment: Deployment) -> None:
         """Same tools with byte-identical input schemas, and ``echo`` answers the same content."""
 

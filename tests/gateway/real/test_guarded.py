@@ -13,7 +13,6 @@ import mcp_types as types
 import pytest
 
 from tests.gateway.real.conftest import (
-    PASS_THROUGH_PENDING,
     Run,
     fresh,
     gateway_config,
@@ -130,7 +129,6 @@ class TestApproveOnce:
         assert verdict(seen.again).get("replayed") is True and len(seen.asked) == 1
         assert seen.after != seen.before
 
-    @PASS_THROUGH_PENDING
     @BY_WRITER
     def test_a_replay_is_the_stored_upstream_result(
         self, server: Server, approvals: Callable[[Server], Approval]

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import mcp_types as types
 import pytest
 
-from tests.gateway.real.conftest import PASS_THROUGH_PENDING, Run, verdict, wire
+from tests.gateway.real.conftest import Run, verdict, wire
 from tests.gateway.real.servers import SERVERS, Call, Server, clock_free
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # the first test installs the servers
@@ -75,7 +75,6 @@ class TestListing:
                 tool["inputSchema"]
             ), name
 
-    @PASS_THROUGH_PENDING
     @BY_NAME
     def test_every_listed_field_passes_through(self, server: Server, runs: Runs) -> None:
         """Title, description, output schema, annotations, execution and ``_meta`` are the upstream's."""
@@ -105,7 +104,6 @@ class TestCalls:
         )
         assert run.effects_gateway == run.effects_direct
 
-    @PASS_THROUGH_PENDING
     @BY_NAME
     def test_every_result_is_the_upstreams(self, server: Server, runs: Runs) -> None:
         """content, structuredContent and isError equal the direct call's (the verdict in ``_meta``)."""
@@ -131,7 +129,6 @@ class TestRefusals:
 class TestVerdict:
     """The guard's verdict travels beside the upstream's result, in ``_meta["callgate"]``."""
 
-    @PASS_THROUGH_PENDING
     @BY_NAME
     def test_every_answer_carries_the_verdict_in_meta(self, server: Server, runs: Runs) -> None:
         """Results let through and the refusal alike carry ``code`` and ``ok`` in ``_meta``."""
