@@ -41,6 +41,10 @@ def scores(
     return direct, gateway
 
 
+NOT_OFFERED = {"resources-subscribe", "resources-unsubscribe"}
+"""Conformance scenarios that fail through the gateway by its documented choice."""
+
+
 class TestConformance:
     """The conformance suite's server scenarios, side by side."""
 
@@ -56,10 +60,12 @@ class TestConformance:
     def test_the_gateway_passes_what_the_reference_server_passes(
         self, scores: tuple[dict[str, bool], dict[str, bool]]
     ) -> None:
-        """No scenario the server passes directly fails through the gateway (issue 21 item 12)."""
+        """No scenario the server passes directly fails through the gateway (issue 21 item 12),
+        but the resource subscriptions the gateway does not offer (docs/gateway.md, "Besides
+        tools": read-only, no standing stream from an upstream to a client)."""
         direct, gateway = scores
         lost = sorted(name for name, passed in direct.items() if passed and not gateway.get(name))
-        assert lost == []
+        assert set(lost) <= NOT_OFFERED, lost
 
 
 class TestHttp:
