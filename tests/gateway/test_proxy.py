@@ -24,8 +24,10 @@ import telemetry
 from callgate.gateway import Gateway, parse_config, running
 from callgate.gateway.demo import gateway_command
 from callgate.gateway.server import build_server
-from tests.gateway.clients import started
+from tests.gateway.clients import payload, started
 from tests.gateway.conftest import free_port, wait_for_port
+
+REPO = Path(__file__).resolve().parents[2]
 
 CONFIG = """\
 store: {tmp}/gateway.db
@@ -112,7 +114,8 @@ class TestRelayed:
         process = subprocess.Popen(
             [command.command, *command.args, "--transport", "http"],
             cwd=str(tmp_path),
-            env={**os.environ, "GW_TOKEN_PROXY": token},
+            # The upstream is ``python -m tests.gateway...``: the repository on its Python path.
+            env={**os.environ, "GW_TOKEN_PROXY": token, "PYTHONPATH": str(REPO)},
             stderr=subprocess.DEVNULL,
         )
         progress: list[float] = []
@@ -227,7 +230,7 @@ class TestResources:
                 else:
                     await bot.get_prompt("lib_greet", {"name": "Ana"})
                 after = await bot.call_tool("lib_save_note", {"text": "two"})
-                return [str((r.structured_content or {}).get("code")) for r in (before, after)]
+                return [str(payload(r)["code"]) for r in (before, after)]
 
         before, after = anyio.run(scenario)
         assert before == "OK"
