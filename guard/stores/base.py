@@ -21,6 +21,7 @@ __all__ = [
     "CounterStore",
     "IdempotencyStore",
     "KeyRecord",
+    "OneStepCounters",
     "PendingAction",
     "StoreFull",
 ]
@@ -267,3 +268,27 @@ class CounterStore(Protocol):
 
     def purge(self, now: float) -> int:
         """Delete expired counters; returns how many."""
+
+
+class _Counting(Protocol):
+    def incr(self, key: str, amount: int = 1, *, now: float, ttl: float) -> int: ...
+
+    def get(self, key: str, *, now: float) -> int: ...
+
+
+class OneStepCounters:
+    """``add`` and ``tally`` for a counter store whose every call is one local step (memory, a
+    SQLite file): nothing to batch or leave unawaited, so they are its ``incr`` and ``get``."""
+
+    def add(self: _Counting, key: str, amount: int = 1, *, now: float, ttl: float) -> None:
+        self.incr(key, amount, now=now, ttl=ttl)
+
+    def tally(
+        self: _Counting,
+        incrs: Sequence[tuple[str, float]],
+        *,
+        now: float,
+        reads: Sequence[str] = (),
+    ) -> list[int]:
+        values = [self.incr(key, now=now, ttl=ttl) for key, ttl in incrs]
+        return values + [self.get(key, now=now) for key in reads]

@@ -21,7 +21,6 @@ limit or run a write twice. The counter store also refuses new *sessions* earlie
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
 from heapq import heappop, heappush
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
@@ -41,6 +40,7 @@ from guard.stores.base import (
     CounterStore,
     IdempotencyStore,
     KeyRecord,
+    OneStepCounters,
     PendingAction,
     StoreFull,
 )
@@ -394,7 +394,7 @@ class _Counter:
         self.expires_at = expires_at
 
 
-class MemoryCounterStore(_ExpiringMap[_Counter]):
+class MemoryCounterStore(OneStepCounters, _ExpiringMap[_Counter]):
     """Counters in a dict, updated in place so the hot path allocates nothing for a known key.
 
     ``session_share`` of ``max_entries`` is where new sessions stop being admitted; the rest is
@@ -428,15 +428,6 @@ class MemoryCounterStore(_ExpiringMap[_Counter]):
             counter.value = amount if counter.expires_at < now else counter.value + amount
             counter.expires_at = now + ttl
             return counter.value
-
-    def add(self, key: str, amount: int = 1, *, now: float, ttl: float) -> None:
-        self.incr(key, amount, now=now, ttl=ttl)
-
-    def tally(
-        self, incrs: Sequence[tuple[str, float]], *, now: float, reads: Sequence[str] = ()
-    ) -> list[int]:
-        values = [self.incr(key, now=now, ttl=ttl) for key, ttl in incrs]
-        return values + [self.get(key, now=now) for key in reads]
 
     def get(self, key: str, *, now: float) -> int:
         with self._lock:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +39,7 @@ from guard.stores.base import (
     CounterStore,
     IdempotencyStore,
     KeyRecord,
+    OneStepCounters,
     PendingAction,
 )
 from guard.stores.bundle import Stores
@@ -436,7 +436,7 @@ WHERE CASE WHEN counters.expires_at < :now THEN 0 ELSE counters.value END + excl
 """
 
 
-class SQLiteCounterStore(SQLiteStoreBase):
+class SQLiteCounterStore(OneStepCounters, SQLiteStoreBase):
     """Counters in the ``counters`` table, each update a single atomic upsert."""
 
     _DDL = COUNTERS_DDL
@@ -450,15 +450,6 @@ class SQLiteCounterStore(SQLiteStoreBase):
         # fetchall, not fetchone: the statement must run to completion to release its lock.
         ((value,),) = self._conn().execute(_INCR, params).fetchall()
         return int(value)
-
-    def add(self, key: str, amount: int = 1, *, now: float, ttl: float) -> None:
-        self.incr(key, amount, now=now, ttl=ttl)
-
-    def tally(
-        self, incrs: Sequence[tuple[str, float]], *, now: float, reads: Sequence[str] = ()
-    ) -> list[int]:
-        values = [self.incr(key, now=now, ttl=ttl) for key, ttl in incrs]
-        return values + [self.get(key, now=now) for key in reads]
 
     def get(self, key: str, *, now: float) -> int:
         row = (
