@@ -127,7 +127,9 @@ def main() -> None:
     masker = Masker(key=KEY)
     inputs = families()
     print(f"{len(inputs)} input families x sizes {SIZES} chars; {options.repeat} calls per input")
-    print(f"{'entry point':<12} {'worst input ms':>14} {'slowest call ms':>15} {'median ms':>10}  worst input")
+    print(
+        f"{'entry point':<12} {'worst input ms':>14} {'slowest call ms':>15} {'median ms':>10}  worst input"
+    )
     verdict = True
     worst_all = 0.0
     for point, function in entry_points(masker).items():
@@ -143,7 +145,9 @@ def main() -> None:
         typical = results[len(results) // 2][0]
         worst_all = max(worst_all, worst)
         verdict = verdict and worst < GOAL_MS
-        print(f"{point:<12} {worst:>14.3f} {slowest:>15.3f} {typical:>10.3f}  {name} ({size} chars)")
+        print(
+            f"{point:<12} {worst:>14.3f} {slowest:>15.3f} {typical:>10.3f}  {name} ({size} chars)"
+        )
     print(f"goal: the worst input costs < {GOAL_MS} ms per call, every input up to 64 KiB: "
           f"{'met' if verdict else 'NOT met'} (worst {worst_all:.3f} ms)")  # fmt: skip
     old = None if options.no_main else main_masker()
@@ -160,7 +164,9 @@ def main() -> None:
             rows.append((ms_old, name, size, ms_new))
     rows.sort(reverse=True)
     for ms_old, name, size, ms_new in rows[:8]:
-        print(f"  {name:<22} {size:>6}  main {ms_old:>9.2f}  now {ms_new:>7.3f}  {ms_old / max(ms_new, 1e-6):>8.0f}x")
+        print(
+            f"  {name:<22} {size:>6}  main {ms_old:>9.2f}  now {ms_new:>7.3f}  {ms_old / max(ms_new, 1e-6):>8.0f}x"
+        )
 
 
 if __name__ == "__main__":

@@ -60,9 +60,7 @@ def build_guard(observer: Observer, clock: ManualClock) -> tuple[Guard, ShopBack
     roles = dict(policy.roles)
     extra = frozenset({"save_card", "fetch_page"})
     for name in ("customer", "viewer"):
-        roles[name] = type(roles[name])(
-            tools=roles[name].tools | extra, limits=roles[name].limits
-        )
+        roles[name] = type(roles[name])(tools=roles[name].tools | extra, limits=roles[name].limits)
     guard = Guard(
         tools=[*shop_tools(backend, clock), save_card, fetch_page],
         policy=shop_policy(roles=roles),
@@ -76,8 +74,12 @@ def drive(guard: Guard, backend: ShopBackend, clock: ManualClock) -> list[ToolRe
     """Every code path we can reach cheaply, with canaries in every sensitive place."""
     results: list[ToolResult] = []
 
-    def session(sid: str, pid: str = "CUS-1", role: str = "customer", scopes: Any = None) -> Callable[..., Any]:
-        principal = Principal(id=pid, role=role, scopes=ROLE_SCOPES[role] if scopes is None else scopes)
+    def session(
+        sid: str, pid: str = "CUS-1", role: str = "customer", scopes: Any = None
+    ) -> Callable[..., Any]:
+        principal = Principal(
+            id=pid, role=role, scopes=ROLE_SCOPES[role] if scopes is None else scopes
+        )
         s = guard.session(sid, principal)
 
         def call(name: str, args: Any, call_id: str | None = None) -> ToolResult:
@@ -103,7 +105,10 @@ def drive(guard: Guard, backend: ShopBackend, clock: ManualClock) -> list[ToolRe
     a("refund_order", {**refund, "amount_cents": 11_000})  # POLICY_LIMIT
     a.session.next_turn()  # type: ignore[attr-defined]
     a("get_order", {"order_id": "ORD-1004"})
-    a("refund_order", {"order_id": "ORD-1004", "amount_cents": 100, "currency": "USD", "reason": "damaged"})
+    a(
+        "refund_order",
+        {"order_id": "ORD-1004", "amount_cents": 100, "currency": "USD", "reason": "damaged"},
+    )
     pending = a("refund_order", refund)  # CONFIRMATION_REQUIRED
     assert pending.approval_id is not None
     results.append(guard.approve(pending.approval_id, by="staff-7"))  # runs, confirmed
@@ -125,11 +130,17 @@ def drive(guard: Guard, backend: ShopBackend, clock: ManualClock) -> list[ToolRe
     a("get_refund_status", {"order_id": "ORD-1003"})  # UPSTREAM_UNAVAILABLE after retries
 
     b = session("s-prereq")
-    b("refund_order", {"order_id": "ORD-1003", "amount_cents": 100, "currency": "BRL", "reason": "damaged"})
+    b(
+        "refund_order",
+        {"order_id": "ORD-1003", "amount_cents": 100, "currency": "BRL", "reason": "damaged"},
+    )
     b("search_refund_policy", {"query": "partial refunds"})  # untrusted, with an injection
     b("fetch_page", {"page": "config"})  # untrusted result carrying an API key
     b("get_order", {"order_id": "ORD-1003"})
-    b("refund_order", {"order_id": "ORD-1003", "amount_cents": 100, "currency": "BRL", "reason": "damaged"})
+    b(
+        "refund_order",
+        {"order_id": "ORD-1003", "amount_cents": 100, "currency": "BRL", "reason": "damaged"},
+    )
 
     c = session("s-viewer", role="viewer")
     c("refund_order", refund)  # TOOL_NOT_ALLOWED

@@ -106,7 +106,9 @@ def test_canaries_appear_nowhere(
     texts["logs"] = caplog.text
     db = load_into_duckdb(tmp_path / "files")
     texts["duckdb"] = "\n".join(
-        str(row) for table in ("lines", "spans", "attrs") for row in db.execute(f"FROM {table}").fetchall()
+        str(row)
+        for table in ("lines", "spans", "attrs")
+        for row in db.execute(f"FROM {table}").fetchall()
     )
     for where, text in texts.items():
         for canary in CANARIES:
@@ -119,7 +121,9 @@ def test_canaries_appear_nowhere(
         assert f"{kind if mode == 'redact' else '[' + kind}" in trail
     assert marker in trail
     calls = len(results)
-    rows = db.execute("SELECT count(*) FROM spans WHERE span ->> '$.name' LIKE 'execute_tool %'").fetchone()
+    rows = db.execute(
+        "SELECT count(*) FROM spans WHERE span ->> '$.name' LIKE 'execute_tool %'"
+    ).fetchone()
     assert rows is not None and rows[0] == 3 * calls  # trail, sidecar over gRPC, sidecar over HTTP
     keys = {row[0] for row in db.execute("SELECT DISTINCT key FROM attrs").fetchall()}
     assert {"guard.arguments", "guard.principal", "gen_ai.tool.call.result"} <= keys

@@ -23,7 +23,9 @@ from .conftest import KEY, make_call
 CHAIN_KEY = chain_key(KEY)
 
 
-def write_trail(directory: Path, lines: int, *, key: bytes | None = CHAIN_KEY, **options: int) -> SpanFileWriter:
+def write_trail(
+    directory: Path, lines: int, *, key: bytes | None = CHAIN_KEY, **options: int
+) -> SpanFileWriter:
     """``lines`` lines of one call each, through the real trail sink."""
     writer = SpanFileWriter(directory, chain_key=key, **options)
     sink = TrailSink(writer, Masker(key=KEY), resource={"service.name": "svc"}, batch_size=1)
@@ -170,7 +172,9 @@ class TestTampered:
 
     @settings(max_examples=40, deadline=None)
     @given(data=st.data())
-    def test_any_single_byte_edit_is_caught(self, tmp_path_factory: pytest.TempPathFactory, data: st.DataObject) -> None:
+    def test_any_single_byte_edit_is_caught(
+        self, tmp_path_factory: pytest.TempPathFactory, data: st.DataObject
+    ) -> None:
         """Whatever byte of whatever line is changed, verify reports a problem."""
         directory = tmp_path_factory.mktemp("edit")
         writer = write_trail(directory, 2)

@@ -19,7 +19,9 @@ from .conftest import KEY, make_call
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run_child(body: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def run_child(
+    body: str, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run ``body`` in a fresh interpreter (the global provider can be set once per process)."""
     script = f"import sys\nsys.path.insert(0, {str(ROOT)!r})\n" + textwrap.dedent(body)
     environment = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "CALLGATE_"))}
@@ -118,11 +120,16 @@ class TestTracesExporterVariable:
             handle = telemetry.configure(trail=False, masking_key={KEY!r}, metrics=False)
             print(handle.tracer_provider is None, len(handle.observer.sinks))
             """,
-            env={"OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"},
+            env={
+                "OTEL_TRACES_EXPORTER": "none",
+                "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9",
+            },
         )
         assert done.stdout.split() == ["True", "0"], done.stderr
 
-    def test_unknown_is_warned(self, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    def test_unknown_is_warned(
+        self, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    ) -> None:
         """`zipkin` is not something callgate exports to: it says so and carries on."""
         monkeypatch.setenv("OTEL_TRACES_EXPORTER", "zipkin")
         with caplog.at_level(logging.WARNING, logger="telemetry.setup"):
@@ -151,7 +158,9 @@ class TestNoLitter:
         assert done.stdout.split() == ["True"]
         assert list(tmp_path.iterdir()) == []
 
-    def test_asked_by_environment_or_argument(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def test_asked_by_environment_or_argument(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
         """CALLGATE_TRAIL_DIR or trail_dir= turns the trail on."""
         monkeypatch.setenv("CALLGATE_TRAIL_DIR", str(tmp_path / "env"))
         handle = configure(masking_key=KEY, metrics=False)
@@ -163,7 +172,9 @@ class TestNoLitter:
         handle.shutdown()
         assert handle.trail is not None
 
-    def test_missing_key_warning_points_to_the_readme(self, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    def test_missing_key_warning_points_to_the_readme(
+        self, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
         """Without a masking key the warning says what is lost and where to read about it."""
         monkeypatch.delenv("CALLGATE_MASKING_KEY", raising=False)
         with caplog.at_level(logging.WARNING, logger="telemetry.setup"):

@@ -28,7 +28,10 @@ ROOT = Path(__file__).resolve().parents[2]
 SURROGATES = st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF)
 # text with at least one lone surrogate somewhere
 BAD_TEXT = st.builds(
-    lambda head, bad, tail: head + bad + tail, st.text(max_size=20), SURROGATES, st.text(max_size=20)
+    lambda head, bad, tail: head + bad + tail,
+    st.text(max_size=20),
+    SURROGATES,
+    st.text(max_size=20),
 )
 
 
@@ -40,17 +43,26 @@ def sink_for(directory: Path, **options: Any) -> tuple[SpanFileWriter, TrailSink
 class TestUnencodableText:
     """A lone surrogate anywhere in a call costs nothing: the text is replaced and flagged."""
 
-    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-    @given(where=st.sampled_from(["tool", "argument", "key", "call_id", "session", "raw", "message"]), bad=BAD_TEXT)
+    @settings(
+        max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    )
+    @given(
+        where=st.sampled_from(["tool", "argument", "key", "call_id", "session", "raw", "message"]),
+        bad=BAD_TEXT,
+    )
     @example(where="raw", bad="\ud800\\")  # a lone surrogate next to an escape in invalid JSON
-    def test_a_bad_call_costs_no_other_call(self, tmp_path_factory: pytest.TempPathFactory, where: str, bad: str) -> None:
+    def test_a_bad_call_costs_no_other_call(
+        self, tmp_path_factory: pytest.TempPathFactory, where: str, bad: str
+    ) -> None:
         """In one batch with good calls from other sessions, every call's spans are written."""
         directory = tmp_path_factory.mktemp("bad")
         writer, sink = sink_for(directory, batch_size=64)
         good = [make_call() for _ in range(3)]
         fields: dict[str, Any] = {}
         if where == "tool":
-            hostile = make_call(tool=bad, spec=None, code=Code.UNKNOWN_TOOL, stages=("budget", "resolve"))
+            hostile = make_call(
+                tool=bad, spec=None, code=Code.UNKNOWN_TOOL, stages=("budget", "resolve")
+            )
         elif where == "argument":
             hostile = make_call(arguments={"order_id": bad, "card_number": "x"})
         elif where == "key":
@@ -219,7 +231,9 @@ class TestDiskFull:
                                   verified=verify([trail], key=chain_key(KEY)).ok)))
             """
         )
-        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+        )
         assert done.returncode == 0, done.stderr
         outcome = json.loads(done.stdout.strip().splitlines()[-1])
         assert outcome["errors"] == 3 and outcome["lost"] == 3  # 1 line fitted, 3 did not

@@ -22,7 +22,10 @@ POSITIVE = [
     ("iban", "IBAN DE89 3704 0044 0532 0130 00 ok"),
     ("iban", "GB82WEST12345698765432"),
     ("bearer", "Authorization: Bearer abcDEF123456._-xyz"),
-    ("jwt", "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U"),
+    (
+        "jwt",
+        "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+    ),
     ("api_key", "key sk-proj-abcdefghijklmnop1234"),
     ("api_key", "aws AKIAIOSFODNN7EXAMPLE here"),
 ]
@@ -43,7 +46,9 @@ NEGATIVE = [
 
 class TestDetectors:
     @pytest.mark.parametrize(("kind", "text"), POSITIVE)
-    def test_detects_sensitive_values_inside_text(self, masker: Masker, kind: str, text: str) -> None:
+    def test_detects_sensitive_values_inside_text(
+        self, masker: Masker, kind: str, text: str
+    ) -> None:
         """Each detector replaces its kind of value inside free text, leaving the rest."""
         masked = masker.mask_text(text)
         assert f"[REDACTED:{kind}]" in masked
@@ -82,7 +87,9 @@ class TestDetectors:
 class TestSensitiveFields:
     def test_schema_sensitive_field_masked_whole(self, masker: Masker) -> None:
         """A field the schema marks sensitive is masked whatever it holds."""
-        masked = json.loads(masker.json({"card_number": "not even a card", "x": 1}, {"card_number"}))
+        masked = json.loads(
+            masker.json({"card_number": "not even a card", "x": 1}, {"card_number"})
+        )
         assert masked == {"card_number": "[REDACTED]", "x": 1}
 
     def test_nested_values_scanned(self, masker: Masker) -> None:
