@@ -122,10 +122,11 @@ def parse_sql(source: str, file_id: int, batch: int, *, tolerant: bool = False) 
     record bad spans in ``load_errors`` and insert the others.
     """
     columns = ",\n        ".join(_column(c) for c in COLUMNS)
+    # Stored in lowercase, as every reader looks ids up (hex is hex in either case).
     trace_id = (
-        "s.traceId"
+        "lower(s.traceId)"
         if tolerant
-        else "CASE WHEN problem IS NULL THEN s.traceId "
+        else "CASE WHEN problem IS NULL THEN lower(s.traceId) "
         "ELSE error('callgate: a span the store cannot hold: ' || problem) END"
     )
     extra = ", problem, line, left(raw::VARCHAR, 200) AS excerpt" if tolerant else ""

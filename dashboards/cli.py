@@ -142,7 +142,10 @@ def serve_until_stopped(process: subprocess.Popen[bytes]) -> int:
         stopping.append(signum)
         raise KeyboardInterrupt
 
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    # SIGINT too: a command started in the background by a non-interactive shell inherits SIGINT
+    # ignored, and would otherwise never stop on Ctrl-C or `kill -INT`.
+    handled = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+    previous = {sig: signal.signal(sig, on_signal) for sig in handled}
     try:
         return process.wait()
     except KeyboardInterrupt:

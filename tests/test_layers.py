@@ -99,7 +99,7 @@ LAYERS = [
     # (package, module names skipped as another extra's layer, roots it must never load)
     (
         "guard",
-        ("stores.redis",),
+        ("stores.redis", "stores._redis"),  # the [redis] extra's room (redis-py loads OpenTelemetry)
         ("telemetry", "analytics", "dashboards", "callgate", "opentelemetry", *EXTRAS),
     ),
     (

@@ -252,3 +252,19 @@ class TestValuesKeptAsSent:
             assert view is not None and view.roots[0].attributes["guard.step"] == 2**70
         finally:
             con.close()
+
+
+class TestIdCase:
+    def test_an_uppercase_trace_id_is_found_by_either_spelling(self, tmp_path: Path) -> None:
+        """Hex in capitals is the same id: stored lowercase, found as typed and lowercased."""
+        span = _valid_span(1)
+        span["traceId"] = span["traceId"].upper().replace("0", "A", 1)
+        path = tmp_path / "spans.jsonl"
+        path.write_text(_line([span]) + "\n")
+        con = connect(":memory:")
+        try:
+            assert load(con, [path]).spans == 1
+            for typed in (span["traceId"], span["traceId"].lower()):
+                assert reconstruct.trace(con, typed) is not None, typed
+        finally:
+            con.close()

@@ -146,16 +146,34 @@ class TestProcesses:
         assert f"port {port} on 127.0.0.1 is already in use" in result.output
         assert "--port 0" in result.output
 
-    @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+    @pytest.mark.parametrize(
+        ("signum", "inherited_ignored"),
+        [
+            (signal.SIGTERM, False),
+            (signal.SIGHUP, False),
+            (signal.SIGINT, False),
+            # Started in the background by a non-interactive shell: SIGINT arrives ignored.
+            (signal.SIGINT, True),
+        ],
+    )
     def test_signal_stops_the_streamlit_child(
-        self, fixture_db: Path, tmp_path: Path, signum: int
+        self, fixture_db: Path, tmp_path: Path, signum: int, inherited_ignored: bool
     ) -> None:
         """`kill <pid>` of a real `callgate dashboard` leaves no Streamlit serving its port."""
         port = free_port()
         url = f"http://127.0.0.1:{port}"
+
+        def ignore_sigint() -> None:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+
         with (tmp_path / "dashboard.log").open("wb") as log:
             command = [str(CALLGATE), "dashboard", "--db", str(fixture_db), "--port", str(port)]
-            process = subprocess.Popen(command, stdout=log, stderr=log)
+            process = subprocess.Popen(
+                command,
+                stdout=log,
+                stderr=log,
+                preexec_fn=ignore_sigint if inherited_ignored else None,
+            )
             try:
                 wait_until_ready(url, process=process, timeout=60)
                 children = _children(process.pid)
