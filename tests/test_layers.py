@@ -99,7 +99,8 @@ LAYERS = [
     # (package, module names skipped as another extra's layer, roots it must never load)
     (
         "guard",
-        ("stores.redis", "stores._redis"),  # the [redis] extra's room (redis-py loads OpenTelemetry)
+        # The [redis] extra's room: redis-py itself loads OpenTelemetry.
+        ("stores.redis", "stores._redis"),
         ("telemetry", "analytics", "dashboards", "callgate", "opentelemetry", *EXTRAS),
     ),
     (
