@@ -142,7 +142,7 @@ redis.call('DEL', KEYS[1])
 # not delete a live claim (its key would then be free for a second write).
 DEADLINE_PURGE = """
 local time = redis.call('TIME')
-local abandoned = tonumber(time[1]) - 86400
+local abandoned = tonumber(time[1]) - 86400  -- _rules.ABANDONED_RETENTION
 local function live_claim(key)
     if redis.call('HEXISTS', key, 'result') == 1 then return false end
     local leased_at = redis.call('HGET', key, 'leased_at')
