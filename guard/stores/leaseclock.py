@@ -36,6 +36,7 @@ def _boot_id() -> str | None:
 
 
 _BOOT_ID = _boot_id()
+_BOOTTIME: int | None = getattr(time, "CLOCK_BOOTTIME", None)
 _PROCESS_EPOCH = f"process:{id(object())}:{time.monotonic_ns()}"
 
 
@@ -45,9 +46,9 @@ def host_lease_clock() -> tuple[str, float]:
     Without a boot id and ``CLOCK_BOOTTIME`` (not Linux) it is the wall clock, epoch ``"wall"``:
     leases are then judged on the host's clock, which at least every process on the host shares.
     """
-    if _BOOT_ID is None or not hasattr(time, "CLOCK_BOOTTIME"):
+    if _BOOT_ID is None or _BOOTTIME is None:
         return "wall", time.time()
-    return _BOOT_ID, time.clock_gettime(time.CLOCK_BOOTTIME)
+    return _BOOT_ID, time.clock_gettime(_BOOTTIME)
 
 
 def process_lease_clock() -> tuple[str, float]:
