@@ -118,6 +118,8 @@ class Run:
     lags: list[dict[str, Any]] = field(default_factory=list)
     pending_lags: list[tuple[str, float, dict[str, int]]] = field(default_factory=list)
     worker_pids: set[int] = field(default_factory=set)
+    filling: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    """Open disk-full windows (target, window): a writer started meanwhile is hit too."""
     unexpected_exits: list[str] = field(default_factory=list)
 
     def now(self) -> float:
@@ -139,6 +141,14 @@ class Run:
                     self.worker_pids.add(child)
         for role, pid in roles:
             self.peak_kib[role] = max(self.peak_kib.get(role, 0), procs.rss_kib(pid))
+        for target, window in self.filling:
+            self._hit_writers(target, window)
+
+    def _hit_writers(self, target: str, window: dict[str, Any]) -> None:
+        """Add the writers on ``target`` now to a disk-full window: a sidecar restarted or an
+        agent restarted while the disk is full writes its first file onto it (the soak's one
+        unexplained empty file was a worker started in such a window, not counted as hit)."""
+        window["pids"].extend(pid for pid in self._writers(target) if pid not in window["pids"])
 
     def mark_lag(self, label: str) -> None:
         """From now, time how long until the database holds every byte now on disk."""
@@ -209,7 +219,14 @@ class Run:
             else:
                 disk.fill()
                 window["pids"] = self._writers(fault.target)
-                ending = disk.free
+                filling = (fault.target, window)
+                self.filling.append(filling)
+
+                def ending() -> None:
+                    self._hit_writers(*filling)
+                    self.filling.remove(filling)
+                    disk.free()
+
         elif fault.kind == "clock":
             window.update(agent=fault.agent, delta=fault.delta)
 

@@ -44,6 +44,11 @@ class ManualClock:
         self.slept.append(seconds)
         self.advance(seconds)
 
+    def lease_clock(self) -> tuple[str, float]:
+        """This clock as a store's lease clock (``guard.stores.leaseclock``), for a test that
+        moves leases by hand: ``MemoryIdempotencyStore(lease_clock=clock.lease_clock)``."""
+        return "manual", self.time
+
     async def asleep(self, seconds: float) -> None:
         self.sleep(seconds)
         await asyncio.sleep(0)

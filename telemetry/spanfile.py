@@ -5,7 +5,7 @@
 ``max_bytes``. Every line carries a link of a hash chain (``telemetry.chain``) so
 ``callgate verify`` can show the files were not edited. A write that fails (a full disk) is
 truncated back to the last whole line, counted, and raised as ``TrailWriteError``; the writer keeps
-going.
+going. A file left empty by a failed write is removed, so no file on disk is without a line.
 
 Both writers of span files use it: the local trail (``telemetry.trail.TrailSink``, the guard's
 side) and the sidecar (``telemetry.sidecar``). It imports no guard module, so neither does the
@@ -133,6 +133,7 @@ class SpanFileWriter:
                 self._write_all(fd, pieces, size)
             except OSError as error:
                 self._chain.reset(mark)
+                self._drop_if_empty()
                 self.lost_lines += len(lines)
                 self.write_errors += 1
                 raise TrailWriteError(len(lines), error) from error
@@ -157,6 +158,26 @@ class SpanFileWriter:
                 )
                 self._close_fd()
             raise
+
+    def _drop_if_empty(self) -> None:
+        """After a failed write, remove the current file if it holds nothing: a file opened for
+        a batch the disk refused would otherwise stay empty when no later write lands in it (the
+        writer stopped while the disk was full), and ``callgate verify`` rightly names a file
+        without a chained line. The next write opens it again, under the same name."""
+        if self._fd is None or self._size > 0 or not self.files:
+            return
+        try:
+            if os.fstat(self._fd).st_size > 0:  # pragma: no cover - cut back to 0 just before
+                return
+        except OSError:  # pragma: no cover - fstat of an open descriptor
+            return
+        self._close_fd()
+        path = self.files.pop()
+        self._seq -= 1
+        try:
+            path.unlink()
+        except OSError:
+            log.exception("could not remove the empty %s", path)
 
     def close(self) -> None:
         """Flush to disk and close the current file."""

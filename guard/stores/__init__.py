@@ -1,4 +1,5 @@
-"""Stores: the pipeline's only shared state. Protocols in ``base``; memory and SQLite backends.
+"""Stores: the pipeline's only shared state. Protocols in ``base``; memory and SQLite backends; the
+lease clocks claims are judged on (``leaseclock``).
 
 The Redis backend lives in ``guard.stores.redis`` and is not imported here, so the guard runs
 without the optional ``redis`` package.
@@ -16,6 +17,7 @@ from guard.stores.base import (
     StoreFull,
 )
 from guard.stores.bundle import Stores
+from guard.stores.leaseclock import LeaseClock, host_lease_clock, process_lease_clock
 from guard.stores.memory import MemoryApprovalStore, MemoryCounterStore, MemoryIdempotencyStore
 from guard.stores.sqlite import (
     SQLiteApprovalStore,
@@ -33,6 +35,7 @@ __all__ = [
     "CounterStore",
     "IdempotencyStore",
     "KeyRecord",
+    "LeaseClock",
     "MemoryApprovalStore",
     "MemoryCounterStore",
     "MemoryIdempotencyStore",
@@ -43,5 +46,7 @@ __all__ = [
     "SQLiteStores",
     "StoreFull",
     "Stores",
+    "host_lease_clock",
     "open_sqlite_stores",
+    "process_lease_clock",
 ]

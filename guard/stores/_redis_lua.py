@@ -4,11 +4,12 @@ They restate ``guard.stores._rules`` in Lua, because the read-decide-write must 
 Redis to be atomic across hosts:
 
 - an entry lives *through* its deadline: it is expired once ``deadline < now``;
-- a claim is stale once ``claimed_at + lease < now``; expired results are free, and stale claims
+- a claim is stale once ``leased_at + lease < TIME``, on the server's clock (``redis.call('TIME')``,
+  one clock for every client, which none of them can step); expired results are free, and stale claims
   are too unless the caller says it may not take them (``take_stale``: its backend cannot dedupe);
 - a decision after ``expires_at`` is EXPIRED and attributed to nobody.
 
-Times are always the caller's ``now`` (ARGV), never Redis's clock, and deadlines are stored as
+Other times are the caller's ``now`` (ARGV), and deadlines are stored as
 hash fields written by Python with ``repr`` so they read back exactly. Each key also gets a
 Redis TTL (``PEXPIRE``, in ms computed from the same deadline plus a grace period) so Redis alone
 keeps memory bounded; inside that TTL the stored deadline decides.
@@ -41,11 +42,13 @@ __all__ = [
 # answers instead (``_rules.lock_outcome``: its stale claims are never taken), writing nothing.
 CLAIM = """
 local now, lease = tonumber(ARGV[2]), tonumber(ARGV[3])
+local time = redis.call('TIME')  -- the lease clock; kept as text so it reads back exactly
+local leased_at = time[1] .. '.' .. string.format('%06d', tonumber(time[2]))
 local function refusal(key, take_stale)
-    local rec = redis.call('HMGET', key, 'fingerprint', 'result', 'claimed_at', 'expires_at')
+    local rec = redis.call('HMGET', key, 'fingerprint', 'result', 'leased_at', 'expires_at')
     if not rec[1] then return nil end
     if not rec[2] then
-        if tonumber(rec[3]) + lease >= now then
+        if rec[3] and tonumber(rec[3]) + lease >= tonumber(leased_at) then
             if rec[1] == ARGV[1] then return 'in_flight' end
             return 'conflict'
         end
@@ -69,11 +72,12 @@ if KEYS[2] then
     end
     redis.call('DEL', KEYS[2])
     redis.call('HSET', KEYS[2], 'fingerprint', ARGV[1], 'claimed_at', ARGV[2],
-        'expires_at', ARGV[4], 'holder', ARGV[7])
+        'leased_at', leased_at, 'expires_at', ARGV[4], 'holder', ARGV[7])
     redis.call('PEXPIRE', KEYS[2], ARGV[5])
 end
 redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], 'fingerprint', ARGV[1], 'claimed_at', ARGV[2], 'expires_at', ARGV[4])
+redis.call('HSET', KEYS[1], 'fingerprint', ARGV[1], 'claimed_at', ARGV[2],
+    'leased_at', leased_at, 'expires_at', ARGV[4])
 if KEYS[2] then redis.call('HSET', KEYS[1], 'lock', KEYS[2]) end
 redis.call('PEXPIRE', KEYS[1], ARGV[5])
 return {'claimed', '', ''}
@@ -133,12 +137,21 @@ redis.call('DEL', KEYS[1])
 """
 
 # KEYS the records to check; ARGV now. Deletes those whose ``expires_at`` passed; returns how many.
-# Used by the idempotency and counter stores, whose records share the field name.
+# Used by the idempotency and counter stores, whose records share the field name. An in-flight
+# claim also waits ``ABANDONED_RETENTION`` on the server's clock: a caller's clock far ahead must
+# not delete a live claim (its key would then be free for a second write).
 DEADLINE_PURGE = """
+local time = redis.call('TIME')
+local abandoned = tonumber(time[1]) - 86400  -- _rules.ABANDONED_RETENTION
+local function live_claim(key)
+    if redis.call('HEXISTS', key, 'result') == 1 then return false end
+    local leased_at = redis.call('HGET', key, 'leased_at')
+    return leased_at and tonumber(leased_at) >= abandoned
+end
 local removed = 0
 for _, key in ipairs(KEYS) do
     local deadline = redis.call('HGET', key, 'expires_at')
-    if deadline and tonumber(deadline) < tonumber(ARGV[1]) then
+    if deadline and tonumber(deadline) < tonumber(ARGV[1]) and not live_claim(key) then
         redis.call('DEL', key)
         removed = removed + 1
     end

@@ -2,12 +2,14 @@
 
 Time rule, used everywhere: an entry lives *through* its deadline and is expired once
 ``deadline < now``. A completed result with ``ttl`` therefore replays until ``now + ttl``
-inclusive, and a claim is stale once ``claimed_at + lease < now`` (``now - claimed_at > lease``).
-Leases are read by each caller's clock, so they hold only while the clocks of the processes
-sharing a store agree within the lease: a claim stamped by a clock ahead lasts longer (a slower
-takeover after a crash, never a second write); a reader whose clock is ahead sees a live claim
-stale early. A claim is never restamped by a reader: a reader whose clock lags would shorten the
-lease for everyone, and a holder still writing would be taken over.
+inclusive. Those deadlines are wall-clock times on the caller's ``now``: a result and an approval
+must outlive a reboot, and their windows are promises in wall time (a day of replay).
+
+Leases are not: a claim (or lock) is stale once ``leased_at + lease < lease_now`` on the *store's*
+lease clock (``guard.stores.leaseclock``), which the processes sharing the store share and no
+caller can step, or once it was stamped in another epoch of that clock (before a reboot). A
+caller's clock stepping either way therefore neither shortens nor lengthens anyone's lease. A
+claim is stamped only by the claim that takes it, never by a reader.
 An expired entry behaves exactly as an absent one: ``purge`` only reclaims space, it never changes
 an answer.
 """
@@ -29,6 +31,7 @@ __all__ = [
     "claim_deadline",
     "claim_outcome",
     "decision",
+    "lease_stale",
     "lock_outcome",
     "outcome_unknown",
 ]
@@ -41,27 +44,40 @@ CONFLICT = Claim(state=ClaimState.CONFLICT)
 STALE = Claim(state=ClaimState.STALE)
 
 
+def lease_stale(
+    *, lease_epoch: str | None, leased_at: float | None, lease: float, clock: tuple[str, float]
+) -> bool:
+    """Whether a claim stamped ``(lease_epoch, leased_at)`` on the store's lease clock is stale
+    by the ``clock`` reading now: its lease ran out, or it was stamped in another epoch (another
+    boot: its holder is gone), or not stamped at all (written before leases had a clock)."""
+    epoch, lease_now = clock
+    return lease_epoch != epoch or leased_at is None or leased_at + lease < lease_now
+
+
 def claim_outcome(
     *,
     stored_fingerprint: str,
     result: str | None,
-    claimed_at: float,
+    lease_epoch: str | None,
+    leased_at: float | None,
     expires_at: float,
     fingerprint: str,
     now: float,
+    clock: tuple[str, float],
     lease: float,
     take_stale: bool = True,
 ) -> Claim | None:
     """What a claim on an existing entry returns, or None if the caller may take the key.
 
-    ``result is None`` marks an in-flight claim. An expired result is free to take whatever its
+    ``result is None`` marks an in-flight claim, judged by ``lease_stale`` on the store's lease
+    ``clock``; a result expires by the caller's ``now``. An expired result is free to take whatever its
     fingerprint, because after a purge it would be gone. A stale claim (its owner died, perhaps
     mid-write) is free only with ``take_stale``: the caller's backend deduplicates by key, so a
     second attempt cannot apply the write twice. Otherwise it is STALE, for the caller to record
     as an unknown outcome (which ``purge`` then keeps, as it keeps every result).
     """
     if result is None:
-        if claimed_at + lease < now:
+        if lease_stale(lease_epoch=lease_epoch, leased_at=leased_at, lease=lease, clock=clock):
             if take_stale:
                 return None
             return STALE if stored_fingerprint == fingerprint else CONFLICT
@@ -79,10 +95,12 @@ def lock_outcome(
     key: str,
     stored_fingerprint: str,
     result: str | None,
-    claimed_at: float,
+    lease_epoch: str | None,
+    leased_at: float | None,
     expires_at: float,
     fingerprint: str,
     now: float,
+    clock: tuple[str, float],
     lease: float,
 ) -> Claim | None:
     """What an existing lock answers a claim of ``key``, or None if the claim may take it.
@@ -95,10 +113,12 @@ def lock_outcome(
     outcome = claim_outcome(
         stored_fingerprint=stored_fingerprint,
         result=result,
-        claimed_at=claimed_at,
+        lease_epoch=lease_epoch,
+        leased_at=leased_at,
         expires_at=expires_at,
         fingerprint=fingerprint,
         now=now,
+        clock=clock,
         lease=lease,
         take_stale=False,
     )
@@ -136,8 +156,8 @@ default replay window of a result (``Policy.idempotency_ttl``)."""
 def claim_deadline(*, now: float, lease: float) -> float:
     """The stored deadline of a claim taken at ``now``: past the lease, by ``ABANDONED_RETENTION``.
 
-    Staleness is judged from ``claimed_at`` and the caller's lease, never from this deadline, which
-    only says when the entry may be deleted."""
+    Staleness is judged on the store's lease clock and the caller's lease, never from this
+    deadline, which only says when the entry may be deleted."""
     return now + lease + ABANDONED_RETENTION
 
 

@@ -20,6 +20,7 @@ limit or run a write twice. The counter store also refuses new *sessions* earlie
 
 from __future__ import annotations
 
+import math
 import threading
 from heapq import heappop, heappush
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
@@ -30,6 +31,7 @@ from guard.stores._rules import (
     approval_purge_at,
     claim_outcome,
     decision,
+    lease_stale,
     lock_outcome,
     outcome_unknown,
 )
@@ -44,6 +46,7 @@ from guard.stores.base import (
     PendingAction,
     StoreFull,
 )
+from guard.stores.leaseclock import LeaseClock, process_lease_clock
 
 __all__ = ["MemoryApprovalStore", "MemoryCounterStore", "MemoryIdempotencyStore"]
 
@@ -99,8 +102,8 @@ class _ExpiringMap(Generic[_E]):
                 self._delete(key, entry)
                 self._queued.discard(key)
                 removed += 1
-            else:
-                heappush(heap, (deadline, key))
+            else:  # re-examined within a day: an entry may be kept with no deadline (``inf``)
+                heappush(heap, (min(deadline, now + ABANDONED_RETENTION), key))
         return removed
 
     def _deadline(self, entry: _E) -> float:
@@ -138,7 +141,16 @@ class _ExpiringMap(Generic[_E]):
 
 
 class _Record:
-    __slots__ = ("claimed_at", "expires_at", "fingerprint", "holder", "lock", "result")
+    __slots__ = (
+        "claimed_at",
+        "expires_at",
+        "fingerprint",
+        "holder",
+        "lease_epoch",
+        "leased_at",
+        "lock",
+        "result",
+    )
 
     def __init__(
         self,
@@ -147,6 +159,7 @@ class _Record:
         claimed_at: float,
         expires_at: float,
         *,
+        leased: tuple[str, float] | None = None,
         lock: str | None = None,
         holder: str | None = None,
     ) -> None:
@@ -154,6 +167,9 @@ class _Record:
         self.result = result
         """None while the key is claimed and in flight."""
         self.claimed_at = claimed_at
+        # The claim's stamp on the store's lease clock (``guard.stores.leaseclock``).
+        self.lease_epoch: str | None = None if leased is None else leased[0]
+        self.leased_at: float | None = None if leased is None else leased[1]
         self.expires_at = expires_at
         """The end of the lease while claimed, of replay once completed."""
         self.lock = lock
@@ -163,12 +179,21 @@ class _Record:
 
 
 class MemoryIdempotencyStore(_ExpiringMap[_Record]):
-    """Claims and results in a dict; see ``guard.stores._rules`` for the expiry and claim rules."""
+    """Claims and results in a dict; see ``guard.stores._rules`` for the expiry and claim rules.
 
-    __slots__ = ()
+    Leases are judged on ``lease_clock``, by default the process's monotonic clock, never on the
+    callers' ``now``."""
 
-    def __init__(self, *, max_entries: int = DEFAULT_MAX_ENTRIES) -> None:
+    __slots__ = ("_lease_clock",)
+
+    def __init__(
+        self,
+        *,
+        max_entries: int = DEFAULT_MAX_ENTRIES,
+        lease_clock: LeaseClock = process_lease_clock,
+    ) -> None:
         super().__init__(max_entries=max_entries)
+        self._lease_clock = lease_clock
 
     def claim(
         self,
@@ -182,6 +207,7 @@ class MemoryIdempotencyStore(_ExpiringMap[_Record]):
     ) -> Claim:
         with self._lock:
             self._tick(now)
+            clock = self._lease_clock()  # under the lock: stamps follow the order claims happen
             entries = self._entries
             record = entries.get(key)
             held = None if lock is None else entries.get(lock)
@@ -189,10 +215,12 @@ class MemoryIdempotencyStore(_ExpiringMap[_Record]):
                 outcome = claim_outcome(
                     stored_fingerprint=record.fingerprint,
                     result=record.result,
-                    claimed_at=record.claimed_at,
+                    lease_epoch=record.lease_epoch,
+                    leased_at=record.leased_at,
                     expires_at=record.expires_at,
                     fingerprint=fingerprint,
                     now=now,
+                    clock=clock,
                     lease=lease,
                     take_stale=take_stale,
                 )
@@ -204,20 +232,24 @@ class MemoryIdempotencyStore(_ExpiringMap[_Record]):
                     key=key,
                     stored_fingerprint=held.fingerprint,
                     result=held.result,
-                    claimed_at=held.claimed_at,
+                    lease_epoch=held.lease_epoch,
+                    leased_at=held.leased_at,
                     expires_at=held.expires_at,
                     fingerprint=fingerprint,
                     now=now,
+                    clock=clock,
                     lease=lease,
                 )
                 if refused is not None:
                     return refused
             # New entries first, so a full store refuses before anything changed.
             if record is None:
-                self._put(key, _Record(fingerprint, None, now, now + lease, lock=lock), now)
+                fresh = _Record(fingerprint, None, now, now + lease, leased=clock, lock=lock)
+                self._put(key, fresh, now)
             if lock is not None and held is None:
                 try:
-                    self._put(lock, _Record(fingerprint, None, now, now + lease, holder=key), now)
+                    taken = _Record(fingerprint, None, now, now + lease, leased=clock, holder=key)
+                    self._put(lock, taken, now)
                 except StoreFull:
                     if record is None:
                         self._delete(key, entries[key])
@@ -226,6 +258,7 @@ class MemoryIdempotencyStore(_ExpiringMap[_Record]):
                 if entry is not None:
                     entry.fingerprint, entry.result = fingerprint, None
                     entry.claimed_at, entry.expires_at = now, now + lease
+                    entry.lease_epoch, entry.leased_at = clock
             if record is not None:
                 record.lock = lock
             if held is not None:
@@ -268,7 +301,17 @@ class MemoryIdempotencyStore(_ExpiringMap[_Record]):
         # A claim whose lease ran out with no result was abandoned, maybe mid-write: it is kept as
         # evidence (``ABANDONED_RETENTION``), never swept with its lease.
         if entry.result is None:
-            return entry.expires_at + ABANDONED_RETENTION
+            # ... and kept a day on the lease clock too: a caller's clock far ahead must not
+            # delete a live claim (its key would then be free for a second write).
+            clock = self._lease_clock()
+            if lease_stale(
+                lease_epoch=entry.lease_epoch,
+                leased_at=entry.leased_at,
+                lease=ABANDONED_RETENTION,
+                clock=clock,
+            ):
+                return entry.expires_at + ABANDONED_RETENTION
+            return math.inf
         return entry.expires_at
 
     def purge(self, now: float) -> int:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from guard.stores._rules import (
+    ABANDONED_RETENTION,
     CLAIMED,
     UNKNOWN_MARK,
     claim_deadline,
@@ -43,6 +44,7 @@ from guard.stores.base import (
     PendingAction,
 )
 from guard.stores.bundle import Stores
+from guard.stores.leaseclock import LeaseClock, host_lease_clock
 
 __all__ = [
     "APPROVALS_DDL",
@@ -64,7 +66,9 @@ IDEMPOTENCY_DDL = (
         claimed_at  REAL NOT NULL,
         expires_at  REAL NOT NULL,  -- claim_deadline while claimed, end of replay once completed
         lock        TEXT,           -- on a claim: the lock it holds, settled with it
-        holder      TEXT            -- on a lock: the key of the claim holding it
+        holder      TEXT,           -- on a lock: the key of the claim holding it
+        lease_epoch TEXT,           -- the claim's stamp on the store's lease clock: its epoch
+        leased_at   REAL            -- and its reading (guard.stores.leaseclock)
     )
     """,
     "CREATE INDEX IF NOT EXISTS idempotency_expires_at ON idempotency (expires_at)",
@@ -111,20 +115,31 @@ COUNTERS_DDL = (
 
 
 _SELECT_RECORD = """
-SELECT fingerprint, result, claimed_at, expires_at, holder FROM idempotency WHERE key = :key
+SELECT fingerprint, result, lease_epoch, leased_at, expires_at, holder
+FROM idempotency WHERE key = :key
 """
 
 _UPSERT_CLAIM = """
-INSERT INTO idempotency (key, fingerprint, result, claimed_at, expires_at, lock, holder)
-VALUES (:key, :fingerprint, NULL, :now, :expires_at, :lock, :holder)
+INSERT INTO idempotency
+    (key, fingerprint, result, claimed_at, expires_at, lock, holder, lease_epoch, leased_at)
+VALUES (:key, :fingerprint, NULL, :now, :expires_at, :lock, :holder, :lease_epoch, :leased_at)
 ON CONFLICT (key) DO UPDATE SET
     fingerprint = excluded.fingerprint,
     result = NULL,
     claimed_at = excluded.claimed_at,
     expires_at = excluded.expires_at,
     lock = excluded.lock,
-    holder = excluded.holder
+    holder = excluded.holder,
+    lease_epoch = excluded.lease_epoch,
+    leased_at = excluded.leased_at
 """
+
+_ADDED_COLUMNS = (
+    ("lock", "TEXT"),
+    ("holder", "TEXT"),
+    ("lease_epoch", "TEXT"),
+    ("leased_at", "REAL"),
+)
 
 _UPSERT_RESULT = """
 INSERT INTO idempotency (key, fingerprint, result, claimed_at, expires_at)
@@ -133,6 +148,11 @@ ON CONFLICT (key) DO UPDATE SET
     fingerprint = excluded.fingerprint,
     result = excluded.result,
     expires_at = excluded.expires_at
+"""
+
+_PURGE = """
+DELETE FROM idempotency WHERE expires_at < :now
+    AND (result IS NOT NULL OR lease_epoch IS NOT :epoch OR leased_at < :abandoned)
 """
 
 # The in-flight lock the claim of :key holds, if it still holds one.
@@ -144,7 +164,10 @@ _DROP_LOCK = "DELETE FROM idempotency WHERE" + _HELD
 
 
 class SQLiteIdempotencyStore(SQLiteStoreBase):
-    """Claims and results in the ``idempotency`` table; a claim is one IMMEDIATE transaction."""
+    """Claims and results in the ``idempotency`` table; a claim is one IMMEDIATE transaction.
+
+    Leases are judged on ``lease_clock``, by default the host's (``host_lease_clock``: every
+    process on the host reads the same steady clock), never on the callers' ``now``."""
 
     _DDL = IDEMPOTENCY_DDL
 
@@ -155,6 +178,7 @@ class SQLiteIdempotencyStore(SQLiteStoreBase):
         busy_timeout: float = 5.0,
         synchronous: Synchronous = "NORMAL",
         allow_writable_file: bool = False,
+        lease_clock: LeaseClock = host_lease_clock,
     ) -> None:
         super().__init__(
             path,
@@ -162,11 +186,14 @@ class SQLiteIdempotencyStore(SQLiteStoreBase):
             synchronous=synchronous,
             allow_writable_file=allow_writable_file,
         )
-        with self._immediate() as conn:  # a file made before locks existed gains their columns
+        self._lease_clock = lease_clock
+        # A file made before locks or lease stamps existed gains their columns. Its unstamped
+        # claims read as stale (``_rules.lease_stale``): stop older processes before upgrading.
+        with self._immediate() as conn:
             columns = {row[1] for row in conn.execute("PRAGMA table_info(idempotency)")}
-            for column in ("lock", "holder"):
+            for column, kind in _ADDED_COLUMNS:
                 if column not in columns:
-                    conn.execute(f"ALTER TABLE idempotency ADD COLUMN {column} TEXT")
+                    conn.execute(f"ALTER TABLE idempotency ADD COLUMN {column} {kind}")
 
     def claim(
         self,
@@ -179,16 +206,19 @@ class SQLiteIdempotencyStore(SQLiteStoreBase):
         lock: str | None = None,
     ) -> Claim:
         with self._immediate() as conn:
+            clock = self._lease_clock()  # inside the write lock: stamps follow the claims' order
             row = conn.execute(_SELECT_RECORD, {"key": key}).fetchone()
             if row is not None:
-                stored_fingerprint, result, claimed_at, expires_at, _ = row
+                stored_fingerprint, result, lease_epoch, leased_at, expires_at, _ = row
                 outcome = claim_outcome(
                     stored_fingerprint=stored_fingerprint,
                     result=result,
-                    claimed_at=claimed_at,
+                    lease_epoch=lease_epoch,
+                    leased_at=leased_at,
                     expires_at=expires_at,
                     fingerprint=fingerprint,
                     now=now,
+                    clock=clock,
                     lease=lease,
                     take_stale=take_stale,
                 )
@@ -201,20 +231,24 @@ class SQLiteIdempotencyStore(SQLiteStoreBase):
                 "expires_at": claim_deadline(now=now, lease=lease),
                 "lock": lock,
                 "holder": None,
+                "lease_epoch": clock[0],
+                "leased_at": clock[1],
             }
             if lock is not None:
                 held = conn.execute(_SELECT_RECORD, {"key": lock}).fetchone()
                 if held is not None:
-                    stored_fingerprint, result, claimed_at, expires_at, holder = held
+                    stored_fingerprint, result, lease_epoch, leased_at, expires_at, holder = held
                     refused = lock_outcome(
                         holder=holder,
                         key=key,
                         stored_fingerprint=stored_fingerprint,
                         result=result,
-                        claimed_at=claimed_at,
+                        lease_epoch=lease_epoch,
+                        leased_at=leased_at,
                         expires_at=expires_at,
                         fingerprint=fingerprint,
                         now=now,
+                        clock=clock,
                         lease=lease,
                     )
                     if refused is not None:
@@ -249,10 +283,11 @@ class SQLiteIdempotencyStore(SQLiteStoreBase):
                 conn.execute("DELETE FROM idempotency WHERE key = :key", {"key": key})
 
     def purge(self, now: float) -> int:
-        cursor = self._conn().execute(
-            "DELETE FROM idempotency WHERE expires_at < :now", {"now": now}
-        )
-        return cursor.rowcount
+        # An in-flight claim also waits ABANDONED_RETENTION on the lease clock: a caller's clock
+        # far ahead must not delete a live claim (its key would then be free for a second write).
+        epoch, lease_now = self._lease_clock()
+        params = {"now": now, "epoch": epoch, "abandoned": lease_now - ABANDONED_RETENTION}
+        return self._conn().execute(_PURGE, params).rowcount
 
     def record(self, key: str) -> KeyRecord | None:
         row = self._conn().execute(_SELECT_KEY_RECORD + " WHERE key = :key", {"key": key})
@@ -498,12 +533,13 @@ def open_sqlite_stores(
     busy_timeout: float = 5.0,
     synchronous: Synchronous = "NORMAL",
     allow_writable_file: bool = False,
+    lease_clock: LeaseClock = host_lease_clock,
 ) -> SQLiteStores:
     """Open (creating if needed, mode 0600) the idempotency, approval and counter stores on one file.
 
     ``retention`` is how long decided or expired approvals are kept before ``purge`` deletes them.
     A file the group or others may write is refused (``PermissionError``) unless
-    ``allow_writable_file``.
+    ``allow_writable_file``. Claims' leases are judged on ``lease_clock`` (the host's by default).
     """
     opened: list[SQLiteStoreBase] = []
     common: dict[str, Any] = {
@@ -512,7 +548,7 @@ def open_sqlite_stores(
         "allow_writable_file": allow_writable_file,
     }
     try:
-        idempotency = SQLiteIdempotencyStore(path, **common)
+        idempotency = SQLiteIdempotencyStore(path, lease_clock=lease_clock, **common)
         opened.append(idempotency)
         approvals = SQLiteApprovalStore(path, retention=retention, **common)
         opened.append(approvals)

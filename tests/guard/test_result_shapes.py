@@ -437,7 +437,7 @@ class TestFaultsAfterTheHandler:
         clock = ManualClock()
         guard, effects = shape_guard(
             {"saved": True},
-            idempotency=FailingIdempotency(),
+            idempotency=FailingIdempotency(lease_clock=clock.lease_clock),
             clock=clock,
             idempotent_backend=dedupes,
         )

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict
 from guard import Effect, Guard, Outcome, Policy, Principal, Risk, RolePolicy, ToolContext, tool
 from guard.stages.base import digest
 from guard.stages.idempotency import proposal_key
+from guard.stores import MemoryIdempotencyStore
 from guard.testing import ManualClock
 
 PRINCIPAL = Principal(id="u1", role="agent", scopes=frozenset())
@@ -65,7 +66,9 @@ def make_guard(backend: Backend, clock: ManualClock, *, reconcile: bool = True) 
         return backend.pay(ctx.idempotency_key)
 
     policy = Policy(roles={"agent": RolePolicy(tools=frozenset({"pay"}))}, claim_lease=10.0)
-    return Guard(tools=[pay], policy=policy, clock=clock)
+    # The store's leases run on the test's clock, so moving it lets a dead writer's claim go stale.
+    idempotency = MemoryIdempotencyStore(lease_clock=clock.lease_clock)
+    return Guard(tools=[pay], policy=policy, clock=clock, idempotency=idempotency)
 
 
 def run(guard: Guard) -> Any:

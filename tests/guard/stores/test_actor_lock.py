@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,7 @@ from guard.stores import (
 from guard.stores._rules import ABANDONED_RETENTION
 from guard.stores.redis import open_redis_stores
 from guard.testing import ManualClock
+from tests.guard.stores.conftest import backdate_leases
 
 ARGS = '{"invoice": "INV-7", "amount_cents": 500}'
 CANONICAL = '{"invoice":"INV-7","amount_cents":500}'
@@ -75,12 +77,33 @@ class World:
     fail: list[BaseException] = field(default_factory=list)
     """Raised by the next ``pay`` attempts, one each (after applying unless a TransientError)."""
 
+    backdate: Callable[[float], object] | None = None
+    """Redis's lease clock is its own TIME: claims are stamped back instead of it moving on."""
+
     def session(self, session_id: str, principal: Principal = USER) -> Any:
         return self.guard.session(session_id, principal)
 
+    def advance(self, seconds: float) -> None:
+        """Time passes for the guard and for the store's leases alike."""
+        self.clock.advance(seconds)
+        if self.backdate is not None:
+            self.backdate(seconds)
 
-def build(idempotency: IdempotencyStore, approvals: Any, counters: Any, dedupes: bool) -> World:
-    clock = ManualClock()
+
+@dataclass
+class Stores:
+    """A backend's three stores, on a lease clock the test moves (``World.advance``)."""
+
+    idempotency: IdempotencyStore
+    approvals: Any
+    counters: Any
+    clock: ManualClock
+    backdate: Callable[[float], object] | None = None
+
+
+def build(stores: Stores, dedupes: bool) -> World:
+    clock = stores.clock
+    idempotency, approvals, counters = stores.idempotency, stores.approvals, stores.counters
     world: World
 
     @tool(
@@ -115,33 +138,37 @@ def build(idempotency: IdempotencyStore, approvals: Any, counters: Any, dedupes:
         counters=counters,
         clock=clock,
     )
-    world = World(guard=guard, idempotency=idempotency, clock=clock)
+    world = World(guard=guard, idempotency=idempotency, clock=clock, backdate=stores.backdate)
     return world
 
 
 @pytest.fixture(params=["memory", "sqlite", "redis"])
-def stores(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Any, Any, Any]]:
+def stores(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Stores]:
+    clock = ManualClock()
     if request.param == "memory":
-        yield MemoryIdempotencyStore(), MemoryApprovalStore(), MemoryCounterStore()
+        idempotency = MemoryIdempotencyStore(lease_clock=clock.lease_clock)
+        yield Stores(idempotency, MemoryApprovalStore(), MemoryCounterStore(), clock)
         return
     opened: Any
+    backdate = None
     if request.param == "sqlite":
-        opened = open_sqlite_stores(tmp_path / "guard.db")
+        opened = open_sqlite_stores(tmp_path / "guard.db", lease_clock=clock.lease_clock)
     else:
-        request.getfixturevalue("redis_client")
+        client = request.getfixturevalue("redis_client")
         opened = open_redis_stores(request.getfixturevalue("redis_url"), prefix="lock:")
-    yield opened.idempotency, opened.approvals, opened.counters
+        backdate = partial(backdate_leases, client)
+    yield Stores(opened.idempotency, opened.approvals, opened.counters, clock, backdate)
     opened.close()
 
 
 @pytest.fixture
-def world(stores: tuple[Any, Any, Any]) -> World:
-    return build(*stores, dedupes=False)
+def world(stores: Stores) -> World:
+    return build(stores, dedupes=False)
 
 
 @pytest.fixture
-def deduping(stores: tuple[Any, Any, Any]) -> World:
-    return build(*stores, dedupes=True)
+def deduping(stores: Stores) -> World:
+    return build(stores, dedupes=True)
 
 
 class TestReplaysArePerConversation:
@@ -224,16 +251,16 @@ class TestTheActorLock:
         world.idempotency.claim(dead, fingerprint, now=now, lease=lease, lock=lock)
         held = world.session("B").execute("pay", ARGS)
         assert (held.code, held.outcome, held.idempotency_key) == ("IN_PROGRESS", "unknown", dead)
-        world.clock.advance(lease + 1)
+        world.advance(lease + 1)
         after = world.session("C").execute("pay", ARGS)
         assert (after.code, after.outcome, after.idempotency_key) == ("TIMEOUT", "unknown", dead)
         assert not after.replayed and dead in after.message
-        world.clock.advance(POLICY.idempotency_ttl - 60)
+        world.advance(POLICY.idempotency_ttl - 60)
         for session_id in ("B", "C", "D"):
             later = world.session(session_id).execute("pay", ARGS)
             assert (later.code, later.replayed, later.idempotency_key) == ("TIMEOUT", True, dead)
         assert world.paid == []
-        world.clock.advance(120)  # the unknown's replay window is over
+        world.advance(120)  # the unknown's replay window is over
         assert world.session("E").execute("pay", ARGS).ok and len(world.paid) == 1
 
     @pytest.mark.parametrize("fault", [TimeoutError, RuntimeError])
@@ -290,7 +317,7 @@ class TestTheActorLock:
         lock = lock_key(actor(USER, "A"), "pay", CANONICAL)
         now, lease = deduping.clock.now(), POLICY.claim_lease
         deduping.idempotency.claim(dead, _fingerprint(), now=now, lease=lease, lock=lock)
-        deduping.clock.advance(lease + 1)
+        deduping.advance(lease + 1)
         retried = deduping.session("B").execute("pay", ARGS)
         assert retried.ok and retried.idempotency_key == dead and deduping.paid == [dead]
         third = deduping.session("C").execute("pay", ARGS)
@@ -373,14 +400,16 @@ class TestAnyInterleaving:
         """Any mix of completed, timed-out, failed and crashed writes from three sessions of one
         user, with time passing: each proposal runs exactly when the model says (no replay into
         another conversation; nothing runs while the actor's lock is live, stale or unknown)."""
+        clock = ManualClock()
+        idempotency = MemoryIdempotencyStore(lease_clock=clock.lease_clock)
         world = build(
-            MemoryIdempotencyStore(), MemoryApprovalStore(), MemoryCounterStore(), dedupes=False
+            Stores(idempotency, MemoryApprovalStore(), MemoryCounterStore(), clock), dedupes=False
         )
         expected = Expected()
         for kind, arg in steps:
             now = world.clock.now()
             if kind == "wait":
-                world.clock.advance(arg)
+                world.advance(arg)
                 continue
             before = len(world.paid)
             if kind == "crash":  # a process that claimed, applied and died: only if it could run

@@ -13,8 +13,10 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import sqlite3
 import time
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,7 @@ from guard import Effect, Guard, Policy, Principal, Risk, RolePolicy, ToolContex
 from guard.stores import open_sqlite_stores
 from guard.stores.redis import open_redis_stores
 from guard.testing import ManualClock
+from tests.guard.stores.conftest import backdate_leases
 
 START = 1_767_225_600.0
 ARGS = '{"invoice": "INV-7", "amount_cents": 500}'
@@ -118,6 +121,22 @@ def killed_mid_write(where: str, effects: Path, *, dedupes: bool) -> None:
     assert worker.exitcode == -signal.SIGKILL
 
 
+def elapse(where: str, seconds: float) -> None:
+    """Let ``seconds`` pass on the store's lease clock (the host's, or the Redis server's TIME,
+    neither of which a test can move): every claim's stamp is moved back by that much."""
+    if where.startswith("redis://"):
+        import redis
+
+        client = redis.Redis.from_url(where)
+        try:
+            backdate_leases(client, seconds)
+        finally:
+            client.close()
+        return
+    with closing(sqlite3.connect(where)) as conn, conn:
+        conn.execute("UPDATE idempotency SET leased_at = leased_at - ?", (seconds,))
+
+
 def payments(effects: Path) -> list[str]:
     return effects.read_text().splitlines()
 
@@ -149,6 +168,7 @@ class TestKilledMidWrite:
         assert held.code == "IN_PROGRESS" and len(payments(effects)) == 1
 
         late = START + POLICY.claim_lease + 1
+        elapse(where, POLICY.claim_lease + 1)
         guard, stores = payment_guard(where, effects, dedupes=False, hang=False, now=late)
         after = guard.session("s1", USER).execute("pay", ARGS)
         assert after.code == "TIMEOUT" and after.outcome == "unknown" and not after.ok
@@ -167,6 +187,7 @@ class TestKilledMidWrite:
         effects = tmp_path / "payments.log"
         killed_mid_write(where, effects, dedupes=True)
         late = START + POLICY.claim_lease + 1
+        elapse(where, POLICY.claim_lease + 1)
         guard, _ = payment_guard(where, effects, dedupes=True, hang=False, now=late)
         result = guard.session("s1", USER).execute("pay", ARGS)
         assert result.ok
@@ -191,6 +212,7 @@ class TestRestartedHost:
         held = in_new_process(where, effects, dedupes=False, now=START + 1)
         assert held[:3] == ("IN_PROGRESS", "unknown", key)
         late = START + POLICY.claim_lease + 1
+        elapse(where, POLICY.claim_lease + 1)
         after = in_new_process(where, effects, dedupes=False, now=late)
         assert after == ("TIMEOUT", "unknown", key, False)
         again = in_new_process(where, effects, dedupes=False, now=late + 60)
@@ -206,6 +228,7 @@ class TestRestartedHost:
         effects = tmp_path / "payments.log"
         killed_mid_write(where, effects, dedupes=True)
         late = START + POLICY.claim_lease + 1
+        elapse(where, POLICY.claim_lease + 1)
         retried = in_new_process(where, effects, dedupes=True, now=late)
         assert retried[0] == "OK"
         keys = [line.split()[1] for line in payments(effects)]

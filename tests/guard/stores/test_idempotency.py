@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -21,23 +21,54 @@ from guard.stores import (
 )
 from guard.stores._rules import ABANDONED_RETENTION, UNKNOWN_MARK, outcome_unknown
 from guard.stores.redis import RedisIdempotencyStore
+from guard.testing import ManualClock
+from tests.guard.stores.conftest import backdate_leases
 from tests.guard.stores.threads import run_together
 
 LEASE = 60.0
 TTL = 3600.0
+STEP = st.floats(min_value=-1e7, max_value=1e7, allow_nan=False)
+FUZZ = settings(
+    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+
+
+@pytest.fixture
+def store_clock() -> ManualClock:
+    """The memory and SQLite stores' lease clock, moved by hand (Redis has its own: TIME)."""
+    return ManualClock(0.0)
 
 
 @pytest.fixture(params=["memory", "sqlite", "redis"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[IdempotencyStore]:
+def store(
+    request: pytest.FixtureRequest, tmp_path: Path, store_clock: ManualClock
+) -> Iterator[IdempotencyStore]:
     if request.param == "memory":
-        yield MemoryIdempotencyStore()
+        yield MemoryIdempotencyStore(lease_clock=store_clock.lease_clock)
         return
     if request.param == "redis":
         yield RedisIdempotencyStore(request.getfixturevalue("redis_client"))
         return
-    sqlite_store = SQLiteIdempotencyStore(tmp_path / "stores.db")
+    sqlite_store = SQLiteIdempotencyStore(
+        tmp_path / "stores.db", lease_clock=store_clock.lease_clock
+    )
     yield sqlite_store
     sqlite_store.close()
+
+
+@pytest.fixture
+def elapse(
+    request: pytest.FixtureRequest, store: IdempotencyStore, store_clock: ManualClock
+) -> Callable[[float], None]:
+    """Let seconds pass on the store's lease clock (the callers' ``now`` is theirs to pass)."""
+    if isinstance(store, RedisIdempotencyStore):
+        client = request.getfixturevalue("redis_client")
+
+        def backdate(seconds: float) -> None:
+            backdate_leases(client, seconds)
+
+        return backdate
+    return store_clock.advance
 
 
 def claim(store: IdempotencyStore, key: str = "k", fingerprint: str = "f", *, now: float) -> Claim:
@@ -123,32 +154,48 @@ class TestRelease:
 
 
 class TestLease:
-    def test_claim_within_lease_stays_in_flight(self, store: IdempotencyStore) -> None:
-        """Exactly at the end of the lease the owner still holds the key."""
+    """A lease runs on the store's lease clock (``elapse``), whatever ``now`` the callers pass."""
+
+    def test_claim_within_lease_stays_in_flight(
+        self, store: IdempotencyStore, elapse: Callable[[float], None]
+    ) -> None:
+        """Just before the end of the lease the owner still holds the key."""
         claim(store, now=0.0)
+        elapse(LEASE - 1.0)
         assert claim(store, now=LEASE).state is ClaimState.IN_FLIGHT
 
-    def test_claim_past_lease_is_taken_over(self, store: IdempotencyStore) -> None:
+    def test_claim_past_lease_is_taken_over(
+        self, store: IdempotencyStore, elapse: Callable[[float], None]
+    ) -> None:
         """A claim older than the lease (a crashed owner) may be claimed again."""
         claim(store, now=0.0)
+        elapse(LEASE + 1.0)
         assert claim(store, now=LEASE + 1.0).state is ClaimState.CLAIMED
 
-    def test_takeover_starts_a_new_lease(self, store: IdempotencyStore) -> None:
+    def test_takeover_starts_a_new_lease(
+        self, store: IdempotencyStore, elapse: Callable[[float], None]
+    ) -> None:
         """After a takeover the new owner holds the key for a full lease."""
         claim(store, now=0.0)
+        elapse(LEASE + 1.0)
         claim(store, now=LEASE + 1.0)
+        elapse(1.0)
         assert claim(store, now=LEASE + 2.0).state is ClaimState.IN_FLIGHT
 
-    def test_stale_claim_is_free_for_other_arguments(self, store: IdempotencyStore) -> None:
+    def test_stale_claim_is_free_for_other_arguments(
+        self, store: IdempotencyStore, elapse: Callable[[float], None]
+    ) -> None:
         """A stale claim no longer conflicts: it behaves as if purged."""
         claim(store, now=0.0)
+        elapse(LEASE + 1.0)
         assert claim(store, fingerprint="other", now=LEASE + 1.0).state is ClaimState.CLAIMED
 
     def test_stale_claim_is_reported_to_a_caller_that_may_not_take_it(
-        self, store: IdempotencyStore
+        self, store: IdempotencyStore, elapse: Callable[[float], None]
     ) -> None:
         """take_stale=False: a stale claim is STALE (other arguments: CONFLICT) and stays held."""
         claim(store, now=0.0)
+        elapse(LEASE + 1.0)
         late = LEASE + 1.0
         assert store.claim("k", "f", now=late, lease=LEASE, take_stale=False).state is (
             ClaimState.STALE
@@ -156,13 +203,17 @@ class TestLease:
         assert store.claim("k", "x", now=late, lease=LEASE, take_stale=False).state is (
             ClaimState.CONFLICT
         )
+        elapse(1.0)
         assert store.claim("k", "f", now=late + 1, lease=LEASE, take_stale=False).state is (
             ClaimState.STALE
         )
 
-    def test_a_stale_claim_survives_purge(self, store: IdempotencyStore) -> None:
+    def test_a_stale_claim_survives_purge(
+        self, store: IdempotencyStore, elapse: Callable[[float], None]
+    ) -> None:
         """Purging just after the lease keeps the stale claim, so it still answers STALE."""
         claim(store, now=0.0)
+        elapse(LEASE + 20.0)
         store.purge(LEASE + 10.0)
         state = store.claim("k", "f", now=LEASE + 20.0, lease=LEASE, take_stale=False).state
         assert state is ClaimState.STALE
@@ -176,22 +227,27 @@ class TestLease:
             ClaimState.IN_FLIGHT
         )
 
-    def test_lease_is_the_callers(self, store: IdempotencyStore) -> None:
+    def test_lease_is_the_callers(
+        self, store: IdempotencyStore, elapse: Callable[[float], None]
+    ) -> None:
         """Staleness is judged with the lease passed to the later claim."""
         store.claim("k", "f", now=0.0, lease=100.0)
+        elapse(20.0)
         assert store.claim("k", "f", now=20.0, lease=10.0).state is ClaimState.CLAIMED
 
 
 class TestPurge:
     def test_purge_deletes_expired_results_and_long_abandoned_claims(
-        self, store: IdempotencyStore
+        self, store: IdempotencyStore, elapse: Callable[[float], None]
     ) -> None:
         """purge removes expired results, and claims only ABANDONED_RETENTION after their lease."""
         store.complete("old-result", "f", "{}", now=0.0, ttl=10.0)
         claim(store, "stale-claim", now=0.0)
         store.complete("live-result", "f", "{}", now=0.0, ttl=TTL)
+        elapse(LEASE + 1.0)
         assert store.purge(LEASE + 1.0) == 1
         late = LEASE + ABANDONED_RETENTION + 1.0
+        elapse(ABANDONED_RETENTION)
         assert store.purge(late) == 2  # the abandoned claim, and live-result expired meanwhile
         assert claim(store, "stale-claim", now=late).state is ClaimState.CLAIMED
 
@@ -212,6 +268,22 @@ class TestPurge:
     def test_purge_of_empty_store_returns_zero(self, store: IdempotencyStore) -> None:
         """Nothing to delete, nothing counted."""
         assert store.purge(1e9) == 0
+
+
+class TestPurgeByStoreClock:
+    """Deleting an abandoned claim also waits on the store's lease clock."""
+
+    @FUZZ
+    @given(ahead=st.floats(min_value=1.0, max_value=1e9, allow_nan=False), key=st.uuids())
+    def test_a_purge_by_a_clock_far_ahead_keeps_a_live_claim(
+        self, store: IdempotencyStore, ahead: float, key: object
+    ) -> None:
+        """A caller whose clock is any amount past the claim's deadline purges: the claim is
+        live on the store's clock, so it is kept and still holds the key."""
+        name = f"k-{key}"
+        store.claim(name, "f", now=0.0, lease=LEASE)
+        store.purge(LEASE + ABANDONED_RETENTION + ahead)
+        assert store.claim(name, "f", now=0.0, lease=LEASE).state is ClaimState.IN_FLIGHT
 
 
 class TestConcurrency:
@@ -240,55 +312,60 @@ def locked(store: IdempotencyStore, key: str, *, now: float, take_stale: bool = 
     return store.claim(key, "f", now=now, lease=LEASE, take_stale=take_stale, lock="lock")
 
 
-STEP = st.floats(min_value=0.001, max_value=1e7, allow_nan=False)
-FUZZ = settings(
-    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
-
-
 class TestClockSteps:
-    """Leases are read by each caller's clock, and a reader never moves a claim's stamp: a lagging
-    clock must not shorten a live claim for everyone else (that would let a second process run a
-    write the first is still applying)."""
+    """Leases run on the store's lease clock: a caller's clock stepped any way (the soak's +1000 s
+    agent) neither sees a live claim or lock stale nor keeps a stale one alive."""
 
     @FUZZ
-    @given(lag=STEP, key=st.uuids())
-    def test_a_lagging_reader_does_not_shorten_a_live_claim(
-        self, store: IdempotencyStore, lag: float, key: object
+    @given(steps=st.lists(STEP, min_size=1, max_size=4), key=st.uuids())
+    def test_a_stepped_reader_never_takes_a_live_claim(
+        self,
+        store: IdempotencyStore,
+        elapse: Callable[[float], None],
+        steps: list[float],
+        key: object,
     ) -> None:
-        """Claimed at 1000; read at 1000 - lag; to a reader on the right clock the claim is still
-        in flight through 1000 + lease, and stale only after it."""
+        """Claimed at caller time 1000; readers at 1000 + step (forward or back) all see it in
+        flight, even those whose step is far past the lease; once the store's lease passes, any
+        of them sees it stale."""
         name = f"k-{key}"
         store.claim(name, "f", now=1000.0, lease=LEASE)
-        assert store.claim(name, "f", now=1000.0 - lag, lease=LEASE).state is ClaimState.IN_FLIGHT
-        assert store.claim(name, "f", now=1000.0 + LEASE, lease=LEASE).state is (
-            ClaimState.IN_FLIGHT
-        )
-        late = 1000.0 + LEASE + 0.5
-        assert store.claim(name, "f", now=late, lease=LEASE, take_stale=False).state is (
-            ClaimState.STALE
-        )
+        for step in steps:
+            reader = store.claim(name, "f", now=1000.0 + step, lease=LEASE, take_stale=True)
+            assert reader.state is ClaimState.IN_FLIGHT
+        elapse(LEASE + 0.5)
+        late = store.claim(name, "f", now=1000.0 + steps[0], lease=LEASE, take_stale=False)
+        assert late.state is ClaimState.STALE
 
     @FUZZ
-    @given(lag=STEP, key=st.uuids())
-    def test_a_lagging_reader_does_not_shorten_a_live_lock(
-        self, store: IdempotencyStore, lag: float, key: object
+    @given(steps=st.lists(STEP, min_size=1, max_size=4), key=st.uuids())
+    def test_a_stepped_reader_never_takes_a_live_lock(
+        self,
+        store: IdempotencyStore,
+        elapse: Callable[[float], None],
+        steps: list[float],
+        key: object,
     ) -> None:
-        """The actor's lock, read by a lagging clock, still holds another key off through the
-        lease by the right clock."""
+        """The actor's lock, read by any stepped clock, holds another key off through the lease."""
         first, second, lock = f"a-{key}", f"b-{key}", f"l-{key}"
         store.claim(first, "f", now=1000.0, lease=LEASE, lock=lock)
-        assert store.claim(second, "f", now=1000.0 - lag, lease=LEASE, lock=lock) == Claim(
-            state=ClaimState.IN_FLIGHT, holder=first
-        )
-        held = store.claim(second, "f", now=1000.0 + LEASE, lease=LEASE, lock=lock)
-        assert held == Claim(state=ClaimState.IN_FLIGHT, holder=first)
+        for step in steps:
+            held = store.claim(second, "f", now=1000.0 + step, lease=LEASE, lock=lock)
+            assert held == Claim(state=ClaimState.IN_FLIGHT, holder=first)
+        elapse(LEASE + 0.5)
+        stale = store.claim(second, "f", now=1000.0, lease=LEASE, lock=lock, take_stale=True)
+        assert stale == Claim(state=ClaimState.STALE, holder=first)
 
-    def test_a_claim_from_the_past_keeps_its_stamp(self, store: IdempotencyStore) -> None:
-        """A claim read later than it was made keeps its own stamp (stale at claimed_at + lease)."""
+    def test_a_claim_from_the_past_keeps_its_stamp(
+        self, store: IdempotencyStore, elapse: Callable[[float], None]
+    ) -> None:
+        """A claim read later than it was made keeps its own stamp: no reader renews it."""
         claim(store, now=0.0)
+        elapse(LEASE / 2)
         assert claim(store, now=LEASE / 2).state is ClaimState.IN_FLIGHT
+        elapse(LEASE / 2 - 1.0)  # a real server's clock moves on meanwhile: not to the edge
         assert claim(store, now=LEASE).state is ClaimState.IN_FLIGHT
+        elapse(1.5)
         assert store.claim("k", "f", now=LEASE + 0.5, lease=LEASE, take_stale=False).state is (
             ClaimState.STALE
         )
@@ -328,17 +405,21 @@ class TestLock:
         assert locked(store, "k2", now=1.0 + TTL) == expected
         assert locked(store, "k3", now=2.0 + TTL).state is ClaimState.CLAIMED
 
-    def test_a_stale_lock_is_never_taken_over_by_another_key(self, store: IdempotencyStore) -> None:
+    def test_a_stale_lock_is_never_taken_over_by_another_key(
+        self, store: IdempotencyStore, elapse: Callable[[float], None]
+    ) -> None:
         """Even a caller that may take stale claims is told STALE: its key is not the dead one."""
         locked(store, "k1", now=0.0)
+        elapse(LEASE + 1)
         answer = locked(store, "k2", now=LEASE + 1, take_stale=True)
         assert answer == Claim(state=ClaimState.STALE, holder="k1")
 
     def test_the_holder_takes_its_own_stale_claim_and_lock_over(
-        self, store: IdempotencyStore
+        self, store: IdempotencyStore, elapse: Callable[[float], None]
     ) -> None:
         """The dead attempt's own key may be retried (a deduping backend matches it)."""
         locked(store, "k1", now=0.0)
+        elapse(LEASE + 1)
         assert locked(store, "k1", now=LEASE + 1, take_stale=True).state is ClaimState.CLAIMED
         assert locked(store, "k2", now=LEASE + 2).holder == "k1"
 

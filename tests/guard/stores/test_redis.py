@@ -13,6 +13,8 @@ import redis
 
 from guard import Code, ConfigurationError, Principal
 from guard.stores import ApprovalState, ClaimState, PendingAction
+from guard.stores._redis_lua import DEADLINE_PURGE
+from guard.stores._rules import ABANDONED_RETENTION
 from guard.stores.redis import (
     RedisApprovalStore,
     RedisCounterStore,
@@ -255,3 +257,27 @@ class TestSealedActions:
         redis_client.hset(f"callgate:approval:{pending.approval_id}", field, value)
         assert guard.approve(pending.approval_id, by="alice").code is Code.CONFIRMATION_DENIED
         assert world.runs == []
+
+
+class TestLeaseClock:
+    """Redis judges leases on its own TIME, read inside the claim script."""
+
+    def test_a_claim_is_stamped_with_the_servers_time(self, redis_client: redis.Redis) -> None:
+        """The stamp lies between two readings of the server's TIME, whatever ``now`` said."""
+        stores = RedisIdempotencyStore(redis_client)
+        before = _server_time(redis_client)
+        stores.claim("k", "f", now=-1e9, lease=60.0)
+        after = _server_time(redis_client)
+        leased_at = next(
+            float(redis_client.hget(name, "leased_at") or 0) for name in redis_client.keys("*")
+        )
+        assert before <= leased_at <= after
+
+    def test_the_purge_script_keeps_claims_for_the_rules_retention(self) -> None:
+        """The Lua purge's day on the server's clock is ``_rules.ABANDONED_RETENTION``."""
+        assert f"- {int(ABANDONED_RETENTION)}  -- _rules.ABANDONED_RETENTION" in DEADLINE_PURGE
+
+
+def _server_time(client: redis.Redis) -> float:
+    seconds, micros = client.time()
+    return seconds + micros / 1e6

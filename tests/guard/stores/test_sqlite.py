@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import multiprocessing
+import os
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
+from contextlib import closing
 from multiprocessing.synchronize import Barrier
 from pathlib import Path
 from typing import Any
@@ -23,6 +26,8 @@ from guard.stores import (
     SQLiteStores,
     open_sqlite_stores,
 )
+from guard.stores.leaseclock import BOOT_ID_PATH, host_lease_clock
+from guard.testing import ManualClock
 from tests.guard.stores.threads import run_together
 
 KEYS = [f"key-{i}" for i in range(200)]
@@ -52,6 +57,24 @@ def _add_within(path: str, barrier: Barrier, results: multiprocessing.Queue[int]
     finally:
         store.close()
     results.put(added)
+
+
+def _claim_and_report_stamp(
+    path: str, barrier: Barrier, results: multiprocessing.Queue[tuple[str, tuple[str, float]]]
+) -> None:
+    """Child process: claim a key of its own on the host's lease clock, report the stored stamp."""
+    key = f"pid-{os.getpid()}"
+    store = SQLiteIdempotencyStore(path)
+    try:
+        barrier.wait(timeout=30)
+        store.claim(key, "f", now=1e9, lease=60.0)  # a caller's clock far ahead changes nothing
+    finally:
+        store.close()
+    with closing(sqlite3.connect(path)) as conn:
+        epoch, leased_at = conn.execute(
+            "SELECT lease_epoch, leased_at FROM idempotency WHERE key = ?", (key,)
+        ).fetchone()
+    results.put((key, (epoch, leased_at)))
 
 
 def action() -> PendingAction:
@@ -121,12 +144,51 @@ class TestDurability:
         assert claim == Claim(state=ClaimState.COMPLETED, result='{"ok":true}')
 
     def test_in_flight_claim_survives_a_restart(self, tmp_path: Path) -> None:
-        """A claim held when the process stopped still blocks until its lease runs out."""
-        with SQLiteIdempotencyStore(tmp_path / "stores.db") as store:
+        """A claim held when the process stopped still blocks until its lease runs out on the
+        store's lease clock."""
+        clock = ManualClock(0.0)
+        with SQLiteIdempotencyStore(tmp_path / "stores.db", lease_clock=clock.lease_clock) as store:
             store.claim("k", "f", now=0.0, lease=60.0)
-        with SQLiteIdempotencyStore(tmp_path / "stores.db") as store:
+        with SQLiteIdempotencyStore(tmp_path / "stores.db", lease_clock=clock.lease_clock) as store:
+            clock.advance(1.0)
             assert store.claim("k", "f", now=1.0, lease=60.0).state is ClaimState.IN_FLIGHT
+            clock.advance(60.0)
             assert store.claim("k", "f", now=61.0, lease=60.0).state is ClaimState.CLAIMED
+
+    def test_a_claim_from_before_a_reboot_is_stale(self, tmp_path: Path) -> None:
+        """Stamped in another epoch of the lease clock (another boot id): stale at once, though
+        its reading is later than the new boot's."""
+        path = tmp_path / "stores.db"
+        with SQLiteIdempotencyStore(path, lease_clock=lambda: ("boot-1", 5000.0)) as store:
+            store.claim("k", "f", now=0.0, lease=60.0)
+        with SQLiteIdempotencyStore(path, lease_clock=lambda: ("boot-2", 1.0)) as store:
+            assert store.claim("k", "f", now=0.0, lease=60.0, take_stale=False).state is (
+                ClaimState.STALE
+            )
+
+
+class TestHostLeaseClock:
+    """The SQLite store's default lease clock: the kernel's boot id and CLOCK_BOOTTIME."""
+
+    def test_it_reads_the_boot_id_and_the_boot_time_clock(self) -> None:
+        """Epoch is this boot's id; the reading lies between two reads of CLOCK_BOOTTIME."""
+        before = time.clock_gettime(time.CLOCK_BOOTTIME)
+        epoch, reading = host_lease_clock()
+        after = time.clock_gettime(time.CLOCK_BOOTTIME)
+        assert epoch == BOOT_ID_PATH.read_text().strip()
+        assert before <= reading <= after
+
+    def test_processes_on_the_host_read_one_clock(self, tmp_path: Path) -> None:
+        """A claim stamped by another process is live here and its stamp is no later than this
+        process's reading: the clock is the host's, not the process's."""
+        path = tmp_path / "stores.db"
+        reports = _race(_claim_and_report_stamp, path)
+        epoch, reading = host_lease_clock()
+        stamps = [stamp for _, stamp in reports]
+        assert all(stamp[0] == epoch and stamp[1] <= reading for stamp in stamps)
+        with SQLiteIdempotencyStore(path) as store:
+            answers = {store.claim(key, "f", now=-1e9, lease=60.0).state for key, _ in reports}
+        assert answers == {ClaimState.IN_FLIGHT}
 
     def test_a_file_made_before_locks_gains_their_columns(self, tmp_path: Path) -> None:
         """A store opened on an older file keeps its claims and takes locks from then on."""
