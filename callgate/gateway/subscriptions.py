@@ -1,0 +1,148 @@
+"""Resource subscriptions through the gateway: one upstream's subscribers, by URI and client connection.
+
+A client subscribes (``resources/subscribe``, handshake era: 2025-11-25 and before) to a URI its
+principal may read (``proxy`` checks the allowlist and finds the upstream); the gateway subscribes
+at the upstream once per URI, however many clients want it, and unsubscribes when the last one
+leaves. An upstream's ``notifications/resources/updated`` goes to the client connections subscribed
+to that URI on that upstream, and to no other: a connection is one MCP session (the stdio
+connection, or one ``mcp-session-id`` over streamable HTTP), so two sessions of one principal never
+see each other's updates. A connection that ends drops its subscriptions (``Connection.exit_stack``);
+a reconnect to the upstream subscribes its URIs again before any call goes out.
+
+Only a handshake-era upstream that declares ``resources.subscribe`` is subscribed through (a
+2026-07-28 upstream delivers updates on ``subscriptions/listen`` streams, which the gateway does not
+open), and the gateway declares ``subscribe`` only when one of its upstreams offers it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import anyio
+import mcp_types as types
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+if TYPE_CHECKING:
+    from mcp import Client
+    from mcp.server.connection import Connection
+
+    from callgate.gateway.upstream import Upstream
+
+__all__ = ["Subscribers", "ends_with", "live", "offers_subscriptions"]
+
+log = logging.getLogger("callgate.gateway")
+
+_ENDS_WITH = "callgate.gateway.subscriptions"
+"""The ``Connection.state`` key marking a connection whose end drops its subscriptions."""
+
+
+def offers_subscriptions(client: Client) -> bool:
+    """Whether the upstream behind ``client`` takes ``resources/subscribe`` (handshake era only)."""
+    resources = client.server_capabilities.resources
+    return (
+        client.protocol_version not in MODERN_PROTOCOL_VERSIONS
+        and resources is not None
+        and resources.subscribe is True
+    )
+
+
+class Subscribers:
+    """One upstream's resource subscriptions: per URI, the client connections that asked for it."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.offered = False
+        """Whether the upstream, as last connected, takes subscriptions."""
+        self._by_uri: dict[str, dict[int, Connection]] = {}
+        # Subscribing and unsubscribing at the upstream, and renewing after a reconnect, one at a
+        # time: the first subscriber of a URI subscribes upstream, the last one out unsubscribes.
+        self._lock = anyio.Lock()
+
+    @property
+    def uris(self) -> list[str]:
+        """The URIs some client connection is subscribed to here."""
+        return sorted(self._by_uri)
+
+    async def subscribe(self, uri: str, connection: Connection, client: Client) -> None:
+        """``connection`` gets ``uri``'s updates; the upstream's error (``MCPError``) if it refuses."""
+        async with self._lock:
+            holders = self._by_uri.get(uri)
+            if holders is None:
+                await _subscribe(client, uri)
+                holders = self._by_uri[uri] = {}
+            holders[id(connection)] = connection
+
+    async def unsubscribe(self, uri: str, connection: Connection, client: Client | None) -> None:
+        """``connection`` no longer gets ``uri``'s updates; the upstream is told when none does.
+
+        ``client`` is the live upstream connection, or None when there is none (nothing to tell)."""
+        async with self._lock:
+            holders = self._by_uri.get(uri)
+            if holders is None or holders.pop(id(connection), None) is None or holders:
+                return
+            del self._by_uri[uri]
+            if client is not None:
+                try:
+                    await _unsubscribe(client, uri)
+                except Exception:  # the client is unsubscribed either way; updates are dropped
+                    log.warning("upstream %s: unsubscribe %s failed", self.name, uri, exc_info=True)
+
+    def subscribed(self, connection: Connection) -> list[str]:
+        """The URIs ``connection`` is subscribed to here."""
+        return [uri for uri, holders in self._by_uri.items() if id(connection) in holders]
+
+    async def updated(self, uri: str) -> None:
+        """The upstream says ``uri`` changed: tell the connections subscribed to it here."""
+        for connection in list(self._by_uri.get(uri, {}).values()):
+            await connection.send_resource_updated(uri)  # best effort: never raises
+
+    async def renew(self, client: Client) -> None:
+        """After a (re)connect: note whether the upstream takes subscriptions, and subscribe to
+        every URI a client still wants (a URI the new connection refuses is dropped, with a
+        warning: its subscribers would wait for updates that never come)."""
+        self.offered = offers_subscriptions(client)
+        async with self._lock:
+            for uri in list(self._by_uri):
+                try:
+                    if not self.offered:
+                        raise RuntimeError("subscriptions no longer offered")
+                    await _subscribe(client, uri)
+                except Exception as err:
+                    log.warning("upstream %s: %s not subscribed again: %s", self.name, uri, err)
+                    del self._by_uri[uri]
+
+
+def ends_with(connection: Connection, upstreams: list[Upstream]) -> None:
+    """When the client connection ends, its subscriptions on ``upstreams`` end with it (the
+    callback is set once per connection, on its first subscription)."""
+    if connection.state.get(_ENDS_WITH):
+        return
+    connection.state[_ENDS_WITH] = True
+
+    async def ended() -> None:
+        for upstream in upstreams:
+            subscribers = upstream.relays.subscriptions
+            for uri in subscribers.subscribed(connection):
+                await subscribers.unsubscribe(uri, connection, await live(upstream))
+
+    connection.exit_stack.push_async_callback(ended)
+
+
+async def live(upstream: Upstream) -> Client | None:
+    """The upstream's client if it is connected now (nothing to unsubscribe from otherwise)."""
+    return await upstream.client() if upstream.connected else None
+
+
+# The session's requests, not ``Client.subscribe_resource``: those are deprecated for the 2026-07-28
+# era, which this path never speaks (``offers_subscriptions``).
+
+
+async def _subscribe(client: Client, uri: str) -> None:
+    request = types.SubscribeRequest(params=types.SubscribeRequestParams(uri=uri))
+    await client.session.send_request(request, types.EmptyResult)
+
+
+async def _unsubscribe(client: Client, uri: str) -> None:
+    request = types.UnsubscribeRequest(params=types.UnsubscribeRequestParams(uri=uri))
+    await client.session.send_request(request, types.EmptyResult)
