@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 import mcp_types as types
+from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 if TYPE_CHECKING:
@@ -29,9 +30,13 @@ if TYPE_CHECKING:
 
     from callgate.gateway.upstream import Upstream
 
-__all__ = ["Subscribers", "ends_with", "live", "offers_subscriptions"]
+__all__ = ["MAX_PER_SESSION", "Subscribers", "ends_with", "live", "offers_subscriptions"]
 
 log = logging.getLogger("callgate.gateway")
+
+MAX_PER_SESSION = 1000
+"""Resource subscriptions one client session may hold on one upstream (each costs the upstream a
+subscription and the gateway memory): past it, a subscribe is refused (``INVALID_REQUEST``)."""
 
 _ENDS_WITH = "callgate.gateway.subscriptions"
 """The ``Connection.state`` key marking a connection whose end drops its subscriptions."""
@@ -55,23 +60,27 @@ class Subscribers:
         self.offered = False
         """Whether the upstream, as last connected, takes subscriptions."""
         self._by_uri: dict[str, dict[int, Connection]] = {}
+        self._of: dict[int, set[str]] = {}
+        """Per connection (by id: the connection is held in ``_by_uri``), its URIs here."""
         # Subscribing and unsubscribing at the upstream, and renewing after a reconnect, one at a
         # time: the first subscriber of a URI subscribes upstream, the last one out unsubscribes.
         self._lock = anyio.Lock()
 
-    @property
-    def uris(self) -> list[str]:
-        """The URIs some client connection is subscribed to here."""
-        return sorted(self._by_uri)
-
     async def subscribe(self, uri: str, connection: Connection, client: Client) -> None:
         """``connection`` gets ``uri``'s updates; the upstream's error (``MCPError``) if it refuses."""
         async with self._lock:
+            mine = self._of.get(id(connection), set())
+            if uri not in mine and len(mine) >= MAX_PER_SESSION:
+                raise MCPError(
+                    types.INVALID_REQUEST,
+                    f"Too many subscriptions: at most {MAX_PER_SESSION} per session and upstream",
+                )
             holders = self._by_uri.get(uri)
             if holders is None:
                 await _subscribe(client, uri)
                 holders = self._by_uri[uri] = {}
             holders[id(connection)] = connection
+            self._of.setdefault(id(connection), set()).add(uri)
 
     async def unsubscribe(self, uri: str, connection: Connection, client: Client | None) -> None:
         """``connection`` no longer gets ``uri``'s updates; the upstream is told when none does.
@@ -79,7 +88,10 @@ class Subscribers:
         ``client`` is the live upstream connection, or None when there is none (nothing to tell)."""
         async with self._lock:
             holders = self._by_uri.get(uri)
-            if holders is None or holders.pop(id(connection), None) is None or holders:
+            if holders is None or holders.pop(id(connection), None) is None:
+                return
+            self._forget(connection, uri)
+            if holders:
                 return
             del self._by_uri[uri]
             if client is not None:
@@ -90,7 +102,14 @@ class Subscribers:
 
     def subscribed(self, connection: Connection) -> list[str]:
         """The URIs ``connection`` is subscribed to here."""
-        return [uri for uri, holders in self._by_uri.items() if id(connection) in holders]
+        return sorted(self._of.get(id(connection), ()))
+
+    def _forget(self, connection: Connection, uri: str) -> None:
+        mine = self._of.get(id(connection))
+        if mine is not None:
+            mine.discard(uri)
+            if not mine:
+                del self._of[id(connection)]
 
     async def updated(self, uri: str) -> None:
         """The upstream says ``uri`` changed: tell the connections subscribed to it here."""
@@ -110,7 +129,8 @@ class Subscribers:
                     await _subscribe(client, uri)
                 except Exception as err:
                     log.warning("upstream %s: %s not subscribed again: %s", self.name, uri, err)
-                    del self._by_uri[uri]
+                    for connection in self._by_uri.pop(uri).values():
+                        self._forget(connection, uri)
 
 
 def ends_with(connection: Connection, upstreams: list[Upstream]) -> None:

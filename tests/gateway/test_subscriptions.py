@@ -243,6 +243,27 @@ class TestLifetime:
 
         run(scenario)
 
+    def test_a_session_holds_a_bounded_number(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Past the bound a subscribe is refused and the upstream not asked; the same URI again
+        is no new subscription; another session has a bound of its own."""
+        monkeypatch.setattr("callgate.gateway.subscriptions.MAX_PER_SESSION", 2)
+
+        async def scenario() -> None:
+            async with gateway(tmp_path) as gw, client(gw) as a, client(gw) as b:
+                await subscribe(a, "docs://a")
+                await subscribe(a, "docs://b")
+                await subscribe(a, "docs://a")
+                with pytest.raises(MCPError) as refused:
+                    await subscribe(a, "docs://c")
+                assert refused.value.code == types.INVALID_REQUEST
+                assert await at_upstream(a) == ["docs://a", "docs://b"]
+                await subscribe(b, "docs://c")
+                assert await at_upstream(a) == ["docs://a", "docs://b", "docs://c"]
+
+        run(scenario)
+
 
 class TestDeclared:
     """``resources.subscribe`` is declared only when an upstream offers subscriptions."""
