@@ -17,8 +17,9 @@ Proxied, client to upstream, read-only and under each principal's allowlist (``r
   masker, the upstream, ``guard.outcome`` ok or refused);
 - ``prompts/list`` and ``prompts/get``, with the upstream's namespace on the name as for tools;
 - ``completion/complete`` for a prompt or a resource template the principal may use;
-- ``resources/subscribe`` and ``resources/unsubscribe`` (handshake era), for a URI the principal may
-  read, when an upstream offers them: updates go only to the client connection that subscribed
+- ``resources/subscribe`` and ``resources/unsubscribe`` (handshake era), and ``subscriptions/listen``
+  (2026-07-28, ``callgate.gateway.listen``), for a URI the principal may read, when an upstream
+  offers subscriptions: updates go only to the session or stream that subscribed
   (``callgate.gateway.subscriptions``); a span per request (``gateway.resource.subscribe``,
   ``gateway.resource.unsubscribe``, masked as reads are).
 
@@ -50,7 +51,8 @@ from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from opentelemetry import trace
 
-from callgate.gateway.subscriptions import Subscribers, ends_with, live
+from callgate.gateway.listen import Listen
+from callgate.gateway.subscriptions import Subscriber, Subscribers, ends_with, live
 from guard.stages.policy import taint_key
 from telemetry import attributes as attr
 from telemetry.observer import TracerSink
@@ -170,7 +172,7 @@ def logging_declared() -> Iterator[None]:
 def handlers(gateway: Gateway, identity: Identity) -> dict[str, Any]:
     """The low-level server's handlers for resources, prompts, completions and logging level."""
     proxy = _Proxy(gateway, identity)
-    found = {
+    found: dict[str, Any] = {
         "on_list_resources": proxy.list_resources,
         "on_list_resource_templates": proxy.list_templates,
         "on_read_resource": proxy.read_resource,
@@ -179,11 +181,12 @@ def handlers(gateway: Gateway, identity: Identity) -> dict[str, Any]:
         "on_completion": proxy.complete,
         "on_set_logging_level": proxy.set_level,
     }
-    # The SDK declares ``resources.subscribe`` when these are registered: only if an upstream
-    # offers subscriptions (as connected at startup).
+    # The SDK declares ``resources.subscribe`` when these are registered (``subscriptions/listen``
+    # on 2026-07-28): only if an upstream offers subscriptions (as connected at startup).
     if any(upstream.relays.subscriptions.offered for upstream in gateway.upstreams):
         found["on_subscribe_resource"] = proxy.subscribe
         found["on_unsubscribe_resource"] = proxy.unsubscribe
+        found["on_subscriptions_listen"] = Listen(gateway, proxy.subscribed)
     return found
 
 
@@ -243,13 +246,23 @@ class _Proxy:
     async def subscribe(
         self, ctx: ServerRequestContext[Any, Any], params: types.SubscribeRequestParams
     ) -> types.EmptyResult:
-        """Updates of a resource the principal may read, from the upstream that owns it (one that
-        offers subscriptions; a URI no upstream lists yet goes to the one upstream offering them)."""
-        uri = str(params.uri)
+        """Updates of a resource the principal may read to this client connection (handshake era)."""
+        connection = _connection(ctx)
+        if not await self.subscribed(ctx, str(params.uri), connection):
+            raise _not_found(str(params.uri))
+        ends_with(connection, self.gateway.upstreams)
+        return types.EmptyResult()
+
+    async def subscribed(
+        self, ctx: ServerRequestContext[Any, Any], uri: str, subscriber: Subscriber
+    ) -> bool:
+        """Subscribe ``subscriber`` to ``uri`` at the upstream that owns it (one that offers
+        subscriptions; a URI no upstream lists yet goes to the one upstream offering them); False
+        when the principal may not read it or no one upstream takes it. A span either way."""
         with self._span("gateway.resource.subscribe", ctx, uri) as span:
+            span.set_attribute(attr.OUTCOME, "refused")
             if not _matches(uri, self._patterns(ctx, "resources")):
-                span.set_attribute(attr.OUTCOME, "refused")
-                raise _not_found(uri)
+                return False
             claimants = await self._claimants(uri)
             if not claimants:
                 claimants = [
@@ -258,17 +271,14 @@ class _Proxy:
                     if upstream.relays.subscriptions.offered
                 ]
             if len(claimants) != 1 or not claimants[0][0].relays.subscriptions.offered:
-                span.set_attribute(attr.OUTCOME, "refused")
-                raise _not_found(uri)
+                return False
             [(upstream, client)] = claimants
             span.set_attribute("gateway.upstream", upstream.name)
-            connection = _connection(ctx)
             await _relayed(
-                upstream, upstream.relays.subscriptions.subscribe(uri, connection, client)
+                upstream, upstream.relays.subscriptions.subscribe(uri, subscriber, client)
             )
-            ends_with(connection, self.gateway.upstreams)
             span.set_attribute(attr.OUTCOME, "ok")
-            return types.EmptyResult()
+            return True
 
     async def unsubscribe(
         self, ctx: ServerRequestContext[Any, Any], params: types.UnsubscribeRequestParams

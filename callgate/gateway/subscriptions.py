@@ -1,13 +1,15 @@
-"""Resource subscriptions through the gateway: one upstream's subscribers, by URI and client connection.
+"""Resource subscriptions through the gateway: one upstream's subscribers, by URI.
 
-A client subscribes (``resources/subscribe``, handshake era: 2025-11-25 and before) to a URI its
-principal may read (``proxy`` checks the allowlist and finds the upstream); the gateway subscribes
-at the upstream once per URI, however many clients want it, and unsubscribes when the last one
-leaves. An upstream's ``notifications/resources/updated`` goes to the client connections subscribed
-to that URI on that upstream, and to no other: a connection is one MCP session (the stdio
-connection, or one ``mcp-session-id`` over streamable HTTP), so two sessions of one principal never
-see each other's updates. A connection that ends drops its subscriptions (``Connection.exit_stack``);
-a reconnect to the upstream subscribes its URIs again before any call goes out.
+A client subscribes to a URI its principal may read (``proxy`` checks the allowlist and finds the
+upstream): with ``resources/subscribe`` on a handshake-era connection (2025-11-25 and before), or
+on a ``subscriptions/listen`` stream at 2026-07-28 (``callgate.gateway.listen``). The gateway
+subscribes at the upstream once per URI, however many subscribers want it, and unsubscribes when
+the last one leaves. An upstream's ``notifications/resources/updated`` goes to the subscribers of
+that URI on that upstream, and to no other: a subscriber is one MCP session (the stdio connection,
+or one ``mcp-session-id`` over streamable HTTP) or one listen stream, so two sessions of one
+principal never see each other's updates. A session that ends drops its subscriptions
+(``Connection.exit_stack``), as a listen stream does; a reconnect to the upstream subscribes its
+URIs again before any call goes out.
 
 Only a handshake-era upstream that declares ``resources.subscribe`` is subscribed through (a
 2026-07-28 upstream delivers updates on ``subscriptions/listen`` streams, which the gateway does not
@@ -17,7 +19,7 @@ open), and the gateway declares ``subscribe`` only when one of its upstreams off
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import anyio
 import mcp_types as types
@@ -30,7 +32,14 @@ if TYPE_CHECKING:
 
     from callgate.gateway.upstream import Upstream
 
-__all__ = ["MAX_PER_SESSION", "Subscribers", "ends_with", "live", "offers_subscriptions"]
+__all__ = [
+    "MAX_PER_SESSION",
+    "Subscriber",
+    "Subscribers",
+    "ends_with",
+    "live",
+    "offers_subscriptions",
+]
 
 log = logging.getLogger("callgate.gateway")
 
@@ -40,6 +49,13 @@ subscription and the gateway memory): past it, a subscribe is refused (``INVALID
 
 _ENDS_WITH = "callgate.gateway.subscriptions"
 """The ``Connection.state`` key marking a connection whose end drops its subscriptions."""
+
+
+class Subscriber(Protocol):
+    """Where a subscription's updates go: a client ``Connection`` (handshake era), or one
+    ``subscriptions/listen`` stream (2026-07-28, ``callgate.gateway.listen``)."""
+
+    async def send_resource_updated(self, uri: str) -> None: ...
 
 
 def offers_subscriptions(client: Client) -> bool:
@@ -53,23 +69,24 @@ def offers_subscriptions(client: Client) -> bool:
 
 
 class Subscribers:
-    """One upstream's resource subscriptions: per URI, the client connections that asked for it."""
+    """One upstream's resource subscriptions: per URI, the subscribers (client connections or
+    listen streams) that asked for it."""
 
     def __init__(self, name: str) -> None:
         self.name = name
         self.offered = False
         """Whether the upstream, as last connected, takes subscriptions."""
-        self._by_uri: dict[str, dict[int, Connection]] = {}
+        self._by_uri: dict[str, dict[int, Subscriber]] = {}
         self._of: dict[int, set[str]] = {}
-        """Per connection (by id: the connection is held in ``_by_uri``), its URIs here."""
+        """Per subscriber (by id: the subscriber is held in ``_by_uri``), its URIs here."""
         # Subscribing and unsubscribing at the upstream, and renewing after a reconnect, one at a
         # time: the first subscriber of a URI subscribes upstream, the last one out unsubscribes.
         self._lock = anyio.Lock()
 
-    async def subscribe(self, uri: str, connection: Connection, client: Client) -> None:
-        """``connection`` gets ``uri``'s updates; the upstream's error (``MCPError``) if it refuses."""
+    async def subscribe(self, uri: str, subscriber: Subscriber, client: Client) -> None:
+        """``subscriber`` gets ``uri``'s updates; the upstream's error (``MCPError``) if it refuses."""
         async with self._lock:
-            mine = self._of.get(id(connection), set())
+            mine = self._of.get(id(subscriber), set())
             if uri not in mine and len(mine) >= MAX_PER_SESSION:
                 raise MCPError(
                     types.INVALID_REQUEST,
@@ -79,18 +96,18 @@ class Subscribers:
             if holders is None:
                 await _subscribe(client, uri)
                 holders = self._by_uri[uri] = {}
-            holders[id(connection)] = connection
-            self._of.setdefault(id(connection), set()).add(uri)
+            holders[id(subscriber)] = subscriber
+            self._of.setdefault(id(subscriber), set()).add(uri)
 
-    async def unsubscribe(self, uri: str, connection: Connection, client: Client | None) -> None:
-        """``connection`` no longer gets ``uri``'s updates; the upstream is told when none does.
+    async def unsubscribe(self, uri: str, subscriber: Subscriber, client: Client | None) -> None:
+        """``subscriber`` no longer gets ``uri``'s updates; the upstream is told when none does.
 
         ``client`` is the live upstream connection, or None when there is none (nothing to tell)."""
         async with self._lock:
             holders = self._by_uri.get(uri)
-            if holders is None or holders.pop(id(connection), None) is None:
+            if holders is None or holders.pop(id(subscriber), None) is None:
                 return
-            self._forget(connection, uri)
+            self._forget(subscriber, uri)
             if holders:
                 return
             del self._by_uri[uri]
@@ -100,21 +117,21 @@ class Subscribers:
                 except Exception:  # the client is unsubscribed either way; updates are dropped
                     log.warning("upstream %s: unsubscribe %s failed", self.name, uri, exc_info=True)
 
-    def subscribed(self, connection: Connection) -> list[str]:
-        """The URIs ``connection`` is subscribed to here."""
-        return sorted(self._of.get(id(connection), ()))
+    def subscribed(self, subscriber: Subscriber) -> list[str]:
+        """The URIs ``subscriber`` is subscribed to here."""
+        return sorted(self._of.get(id(subscriber), ()))
 
-    def _forget(self, connection: Connection, uri: str) -> None:
-        mine = self._of.get(id(connection))
+    def _forget(self, subscriber: Subscriber, uri: str) -> None:
+        mine = self._of.get(id(subscriber))
         if mine is not None:
             mine.discard(uri)
             if not mine:
-                del self._of[id(connection)]
+                del self._of[id(subscriber)]
 
     async def updated(self, uri: str) -> None:
-        """The upstream says ``uri`` changed: tell the connections subscribed to it here."""
-        for connection in list(self._by_uri.get(uri, {}).values()):
-            await connection.send_resource_updated(uri)  # best effort: never raises
+        """The upstream says ``uri`` changed: tell the subscribers to it here."""
+        for subscriber in list(self._by_uri.get(uri, {}).values()):
+            await subscriber.send_resource_updated(uri)  # best effort: never raises
 
     async def renew(self, client: Client) -> None:
         """After a (re)connect: note whether the upstream takes subscriptions, and subscribe to
@@ -129,8 +146,8 @@ class Subscribers:
                     await _subscribe(client, uri)
                 except Exception as err:
                     log.warning("upstream %s: %s not subscribed again: %s", self.name, uri, err)
-                    for connection in self._by_uri.pop(uri).values():
-                        self._forget(connection, uri)
+                    for subscriber in self._by_uri.pop(uri).values():
+                        self._forget(subscriber, uri)
 
 
 def ends_with(connection: Connection, upstreams: list[Upstream]) -> None:

@@ -18,6 +18,7 @@ import mcp_types as types
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.client.subscriptions import ResourceUpdated, ToolsListChanged
 from mcp.shared.exceptions import MCPError
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
@@ -378,3 +379,74 @@ class TestHttp:
         finally:
             process.terminate()
             process.wait(timeout=20)
+
+
+@asynccontextmanager
+async def modern(gw: Gateway) -> AsyncIterator[Client]:
+    """A 2026-07-28 client: no MCP session, updates only on ``subscriptions/listen`` streams."""
+    server = build_server(gw, lambda ctx: ("bot", "conv-1"))
+    async with Client(server) as connected:  # type: ignore[arg-type]
+        assert connected.protocol_version == "2026-07-28"
+        yield connected
+
+
+async def next_uri(subscription: Any) -> str:
+    with anyio.fail_after(20):
+        async for event in subscription:
+            assert isinstance(event, ResourceUpdated), event
+            return event.uri
+    raise AssertionError("the stream ended")
+
+
+class TestListen:
+    """2026-07-28 clients subscribe on ``subscriptions/listen`` streams, under the same rules."""
+
+    def test_a_stream_gets_only_what_its_principal_may_read_and_asked_for(
+        self, tmp_path: Path
+    ) -> None:
+        """The acknowledgement leaves out what bot may not read; each stream gets only its own
+        URIs' updates; a stream that ends unsubscribes at the upstream."""
+
+        async def scenario() -> None:
+            async with gateway(tmp_path) as gw, modern(gw) as a, modern(gw) as b:
+                declared = a.server_capabilities.resources
+                assert declared is not None and declared.subscribe is True
+                async with (
+                    a.listen(resource_subscriptions=["docs://a", "secret://key"]) as mine,
+                    b.listen(resource_subscriptions=["docs://b"]) as theirs,
+                ):
+                    assert mine.honored is not None
+                    assert mine.honored.resource_subscriptions == ["docs://a"]
+                    assert await at_upstream(a) == ["docs://a", "docs://b"]
+                    await said(b, "w_touch", uri="docs://a")
+                    assert await next_uri(mine) == "docs://a"
+                    await said(a, "w_touch", uri="docs://b")
+                    assert await next_uri(theirs) == "docs://b"  # not docs://a first
+                    await said(b, "w_touch", uri="docs://a")
+                    assert await next_uri(mine) == "docs://a"  # not docs://b first
+                # The server's handler ends when it sees the cancellation, after the client left.
+                with anyio.fail_after(20):
+                    while await at_upstream(a) != []:
+                        await anyio.sleep(0.05)
+
+        run(scenario)
+
+    def test_tool_listing_changes_reach_a_listening_client(self, tmp_path: Path) -> None:
+        """A relist that changes the listing announces it on the stream."""
+
+        async def scenario() -> None:
+            async with (
+                gateway(tmp_path) as gw,
+                modern(gw) as a,
+                a.listen(tools_list_changed=True) as stream,
+            ):
+                assert stream.honored is not None and stream.honored.tools_list_changed
+                upstream = gw.upstreams[0]
+                upstream.tools = []
+                await gw._listed(upstream, [])  # as if the upstream had dropped every tool
+                with anyio.fail_after(20):
+                    async for event in stream:
+                        assert isinstance(event, ToolsListChanged)
+                        break
+
+        run(scenario)
