@@ -182,6 +182,11 @@ class Gateway:
             self._recheck_pin(entry)  # re-pinned since: listed again, no blind call needed
         return [entry.listed for entry in self.allowed(principal) if entry.listed is not None]
 
+    def listed(self, name: str) -> types.Tool | None:
+        """The ``tools/list`` entry of the tool exposed as ``name``; None when there is none."""
+        entry = self.entries.get(name)
+        return entry.listed if entry is not None else None
+
     def lists_output_schema(self, name: str) -> bool:
         """Whether the tool ``name`` is listed with an ``outputSchema`` (its clients validate
         ``structuredContent`` against it, so the gateway never sends them a shape of its own)."""

@@ -16,7 +16,12 @@ Proxied, client to upstream, read-only and under each principal's allowlist (``r
   a span per read (``gateway.resource.read``: principal, session and URI masked with the guard's
   masker, the upstream, ``guard.outcome`` ok or refused);
 - ``prompts/list`` and ``prompts/get``, with the upstream's namespace on the name as for tools;
-- ``completion/complete`` for a prompt or a resource template the principal may use.
+- ``completion/complete`` for a prompt or a resource template the principal may use;
+- ``resources/subscribe`` and ``resources/unsubscribe`` (handshake era), and ``subscriptions/listen``
+  (2026-07-28, ``callgate.gateway.listen``), for a URI the principal may read, when an upstream
+  offers subscriptions: updates go only to the session or stream that subscribed
+  (``callgate.gateway.subscriptions``); a span per request (``gateway.resource.subscribe``,
+  ``gateway.resource.unsubscribe``, masked as reads are).
 
 A resource read or a prompt is text an upstream wrote, which the model then reads: it taints the
 guard session, as a tool with ``untrusted_output`` does, so a write that follows is gated.
@@ -26,8 +31,7 @@ party the guard does not trust, outside any tool call), **elicitation** (it woul
 the human that the gateway did not ask, the channel approvals rely on) and **roots** (the client's
 file system layout is not the upstream's business). The gateway's upstream client does not declare
 these capabilities, so a conforming upstream never asks, and one that asks anyway gets the SDK's
-method-not-found error; the client never sees the request. Subscriptions to resources are not
-offered either (read-only, no standing stream from an upstream to a client).
+method-not-found error; the client never sees the request.
 """
 
 from __future__ import annotations
@@ -47,12 +51,15 @@ from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from opentelemetry import trace
 
+from callgate.gateway.listen import Listen
+from callgate.gateway.subscriptions import Subscriber, Subscribers, ends_with, live
 from guard.stages.policy import taint_key
 from telemetry import attributes as attr
 from telemetry.observer import TracerSink
 
 if TYPE_CHECKING:
     from mcp import Client
+    from mcp.server.connection import Connection
 
     from callgate.gateway.gateway import Gateway
     from callgate.gateway.server import Identity
@@ -115,6 +122,11 @@ class Relays:
     in_flight: list[Relay] = field(default_factory=list)
     links: dict[str, None] = field(default_factory=dict)
     """Resource-link URIs the upstream returned from tool calls: readable through it."""
+    subscriptions: Subscribers = field(init=False)
+    """The client connections subscribed to its resources (``callgate.gateway.subscriptions``)."""
+
+    def __post_init__(self) -> None:
+        self.subscriptions = Subscribers(self.name)
 
     @contextmanager
     def during(self) -> Iterator[Any]:
@@ -160,7 +172,7 @@ def logging_declared() -> Iterator[None]:
 def handlers(gateway: Gateway, identity: Identity) -> dict[str, Any]:
     """The low-level server's handlers for resources, prompts, completions and logging level."""
     proxy = _Proxy(gateway, identity)
-    return {
+    found: dict[str, Any] = {
         "on_list_resources": proxy.list_resources,
         "on_list_resource_templates": proxy.list_templates,
         "on_read_resource": proxy.read_resource,
@@ -169,6 +181,13 @@ def handlers(gateway: Gateway, identity: Identity) -> dict[str, Any]:
         "on_completion": proxy.complete,
         "on_set_logging_level": proxy.set_level,
     }
+    # The SDK declares ``resources.subscribe`` when these are registered (``subscriptions/listen``
+    # on 2026-07-28): only if an upstream offers subscriptions (as connected at startup).
+    if any(upstream.relays.subscriptions.offered for upstream in gateway.upstreams):
+        found["on_subscribe_resource"] = proxy.subscribe
+        found["on_unsubscribe_resource"] = proxy.unsubscribe
+        found["on_subscriptions_listen"] = Listen(gateway, proxy.subscribed)
+    return found
 
 
 class _Proxy:
@@ -209,13 +228,7 @@ class _Proxy:
     ) -> types.ReadResourceResult:
         uri = str(params.uri)
         principal, session_id = self.identity(ctx)
-        with self.tracer.start_as_current_span("gateway.resource.read") as span:
-            # Masked as the guard's call spans are, with the same key; unrecorded without one.
-            masker = self.masker
-            if masker is not None:
-                span.set_attribute(attr.PRINCIPAL, masker.principal(principal))
-                span.set_attribute(attr.GEN_AI_CONVERSATION_ID, masker.identifier(session_id))
-                span.set_attribute("gateway.resource.uri", masker.mask_text(uri))
+        with self._span("gateway.resource.read", ctx, uri) as span:
             if not _matches(uri, self._patterns(ctx, "resources")):
                 span.set_attribute(attr.OUTCOME, "refused")
                 raise _not_found(uri)
@@ -230,14 +243,91 @@ class _Proxy:
             span.set_attribute(attr.OUTCOME, "ok")
             return result
 
+    async def subscribe(
+        self, ctx: ServerRequestContext[Any, Any], params: types.SubscribeRequestParams
+    ) -> types.EmptyResult:
+        """Updates of a resource the principal may read to this client connection (handshake era)."""
+        connection = _connection(ctx)
+        if not await self.subscribed(ctx, str(params.uri), connection):
+            raise _not_found(str(params.uri))
+        ends_with(connection, self.gateway.upstreams)
+        return types.EmptyResult()
+
+    async def subscribed(
+        self, ctx: ServerRequestContext[Any, Any], uri: str, subscriber: Subscriber
+    ) -> bool:
+        """Subscribe ``subscriber`` to ``uri`` at the upstream that owns it (one that offers
+        subscriptions; a URI no upstream lists yet goes to the one upstream offering them); False
+        when the principal may not read it or no one upstream takes it. A span either way."""
+        with self._span("gateway.resource.subscribe", ctx, uri) as span:
+            span.set_attribute(attr.OUTCOME, "refused")
+            if not _matches(uri, self._patterns(ctx, "resources")):
+                return False
+            claimants = await self._claimants(uri)
+            if not claimants:
+                claimants = [
+                    (upstream, client)
+                    for upstream, client in await self._serving("resources")
+                    if upstream.relays.subscriptions.offered
+                ]
+            if len(claimants) != 1 or not claimants[0][0].relays.subscriptions.offered:
+                return False
+            [(upstream, client)] = claimants
+            span.set_attribute("gateway.upstream", upstream.name)
+            await _relayed(
+                upstream, upstream.relays.subscriptions.subscribe(uri, subscriber, client)
+            )
+            span.set_attribute(attr.OUTCOME, "ok")
+            return True
+
+    async def unsubscribe(
+        self, ctx: ServerRequestContext[Any, Any], params: types.UnsubscribeRequestParams
+    ) -> types.EmptyResult:
+        """No more updates of ``uri`` for this client connection (a no-op if it had none)."""
+        uri = str(params.uri)
+        with self._span("gateway.resource.unsubscribe", ctx, uri) as span:
+            if not _matches(uri, self._patterns(ctx, "resources")):
+                span.set_attribute(attr.OUTCOME, "refused")
+                raise _not_found(uri)
+            connection = _connection(ctx)
+            for upstream in self.gateway.upstreams:
+                await upstream.relays.subscriptions.unsubscribe(
+                    uri, connection, await live(upstream)
+                )
+            span.set_attribute(attr.OUTCOME, "ok")
+            return types.EmptyResult()
+
+    @contextmanager
+    def _span(self, name: str, ctx: ServerRequestContext[Any, Any], uri: str) -> Iterator[Any]:
+        """A span for one request about ``uri``: principal, session and URI masked as the guard's
+        call spans are, with the same key (unrecorded without one)."""
+        principal, session_id = self.identity(ctx)
+        with self.tracer.start_as_current_span(name) as span:
+            masker = self.masker
+            if masker is not None:
+                span.set_attribute(attr.PRINCIPAL, masker.principal(principal))
+                span.set_attribute(attr.GEN_AI_CONVERSATION_ID, masker.identifier(session_id))
+                span.set_attribute("gateway.resource.uri", masker.mask_text(uri))
+            yield span
+
     async def _owner(self, uri: str) -> tuple[Upstream, Client] | None:
-        """The upstream that returned ``uri`` as a link, else the one upstream listing it or
-        declaring a template it matches; None when none does, or when several do (one upstream
-        must not answer for another's URI, as two may not offer one tool name)."""
+        """The one upstream claiming ``uri`` (see ``_claimants``); None when none does, or when
+        several do (one upstream must not answer for another's URI, as two may not offer one tool
+        name)."""
+        claimants = await self._claimants(uri)
+        if len(claimants) > 1:
+            names = ", ".join(upstream.name for upstream, _ in claimants)
+            log.warning("resource %s is offered by several upstreams (%s): refused", uri, names)
+            return None
+        return claimants[0] if claimants else None
+
+    async def _claimants(self, uri: str) -> list[tuple[Upstream, Client]]:
+        """The upstream that returned ``uri`` as a link, else those listing it, else those
+        declaring a template it matches."""
         serving = await self._serving("resources")
         for upstream, client in serving:
             if uri in upstream.relays.links:
-                return upstream, client
+                return [(upstream, client)]
         listing = [
             (upstream, client)
             for upstream, client in serving
@@ -252,11 +342,7 @@ class _Proxy:
                     for t in await _all(client, "list_resource_templates", "resource_templates")
                 )
             ]
-        if len(listing) > 1:
-            names = ", ".join(upstream.name for upstream, _ in listing)
-            log.warning("resource %s is offered by several upstreams (%s): refused", uri, names)
-            return None
-        return listing[0] if listing else None
+        return listing
 
     # -- prompts and completions ------------------------------------------------------------------
 
@@ -356,11 +442,17 @@ class _Proxy:
 
 
 async def _all(client: Client, method: str, field_name: str) -> list[Any]:
-    """Every page of a listing (bounded, like the tool listing)."""
+    """Every page of a listing (bounded, like the tool listing); none from an upstream that
+    declares the capability but not this method (templates, say), rather than its error."""
     items: list[Any] = []
     cursor: str | None = None
     for _ in range(100):
-        page = await getattr(client, method)(cursor=cursor, cache_mode="refresh")
+        try:
+            page = await getattr(client, method)(cursor=cursor, cache_mode="refresh")
+        except MCPError as err:
+            if err.code == types.METHOD_NOT_FOUND:
+                return items
+            raise
         items.extend(getattr(page, field_name))
         cursor = page.next_cursor
         if not cursor:
@@ -376,6 +468,12 @@ async def _relayed(upstream: Upstream, request: Awaitable[_T]) -> _T:
         raise
     except Exception as err:
         raise MCPError(types.INTERNAL_ERROR, f"upstream {upstream.name} failed: {err}") from err
+
+
+def _connection(ctx: ServerRequestContext[Any, Any]) -> Connection:
+    """The client connection (one MCP session) a request came on: where its updates go."""
+    connection: Connection = ctx.session._connection  # the SDK keeps it private; see server.py
+    return connection
 
 
 def _tracing(observer: Any) -> TracerSink | None:

@@ -36,6 +36,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from opentelemetry import context as otel_context
 
 from callgate.gateway._json import RAW_ARGUMENTS_KEY
+from callgate.gateway._listing import KeepExecution
 from callgate.gateway.gateway import Gateway
 from callgate.gateway.proxy import handlers, logging_declared, relaying
 from callgate.gateway.questions import Question
@@ -168,13 +169,15 @@ def build_server(
         return shown(decided if decided is not None else result)
 
     with logging_declared():
-        return _GatewayServer(
+        server = _GatewayServer(
             name,
             version=_version(),
             on_list_tools=list_tools,
             on_call_tool=call_tool,
             **handlers(gateway, identity),  # resources, prompts, completions, logging (proxy)
         )
+    server.middleware.append(KeepExecution(gateway.listed))  # after the SDK's per-version shaping
+    return server
 
 
 def _can_elicit(ctx: ServerRequestContext[Any, Any]) -> bool:

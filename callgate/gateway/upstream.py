@@ -213,6 +213,7 @@ class Upstream:
             with anyio.fail_after(self.config.connect_timeout):
                 client = await self._connect()
                 await self._list(client)
+                await self.relays.subscriptions.renew(client)  # before any call goes out
             self._client, self._failure = client, None
         except TimeoutError:
             self._failure = f"{self.name}: no answer within {self.config.connect_timeout:g} s"
@@ -316,6 +317,8 @@ class Upstream:
     async def _notified(self, message: Any) -> None:
         if isinstance(message, types.ToolListChangedNotification) and self._group is not None:
             self._group.start_soon(self._relist_quietly)
+        elif isinstance(message, types.ResourceUpdatedNotification):
+            await self.relays.subscriptions.updated(str(message.params.uri))
 
     async def _relist_quietly(self) -> None:
         try:

@@ -222,6 +222,29 @@ class TestDefinitions:
 
         run(scenario)
 
+    def test_execution_reaches_a_2026_client_from_a_2025_upstream(self, tmp_path: Path) -> None:
+        """The reference servers' case: the upstream speaks 2025-11-25 to the gateway, whose client
+        speaks 2026-07-28, a schema without ``execution``; each tool's comes through unchanged."""
+
+        async def scenario() -> None:
+            direct = StdioServerParameters(
+                command=sys.executable,
+                args=[str(UPSTREAM)],
+                env={**get_default_environment(), **inherited(), "RICH_EFFECTS": str(tmp_path)},
+            )
+            async with (
+                Client(direct, mode="legacy") as plain,
+                started(rich_config(tmp_path, mode="legacy"), tmp_path) as gateway,
+                client(gateway) as gated,
+            ):
+                assert gated.protocol_version == "2026-07-28"
+                upstream = {tool.name: wire(tool) for tool in (await plain.list_tools()).tools}
+                through = {tool.name: wire(tool) for tool in (await gated.list_tools()).tools}
+            assert through == upstream
+            assert through["picture"]["execution"] == {"taskSupport": "forbidden"}
+
+        run(scenario)
+
 
 _TEXT = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=40)
 _ANNOTATIONS = st.fixed_dictionaries(

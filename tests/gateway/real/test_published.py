@@ -19,9 +19,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # the first test inst
 
 BY_NAME = pytest.mark.parametrize("server", SERVERS, ids=[s.name for s in SERVERS])
 
-EXECUTION_DROPPED = {"everything", "filesystem", "memory"}
-"""Servers whose tools' ``execution`` the gateway's listing lacks (issue 21 item 11, open)."""
-
 PASSED_THROUGH = (
     "title",
     "description",
@@ -80,17 +77,10 @@ class TestListing:
 
     @BY_NAME
     def test_every_listed_field_passes_through(self, server: Server, runs: Runs) -> None:
-        """Title, description, output schema, annotations and ``_meta`` are the upstream's.
-
-        Known, not fixed: ``execution`` (``taskSupport``) does not reach the client from the
-        three npm servers; every other difference fails the test, and so does ``execution`` on
-        a server that keeps it through the gateway (the mark would then be stale)."""
-        differences = listing_differences(runs(server))
-        others = {k: v for k, v in differences.items() if not k.endswith(".execution")}
-        assert others == {}
-        lost = {k for k, (upstream, _) in differences.items() if k.endswith(".execution")}
-        assert all(differences[k][1] is None for k in lost)  # dropped, never rewritten
-        assert bool(lost) == (server.name in EXECUTION_DROPPED), sorted(lost)
+        """Title, description, schemas, annotations, ``execution`` and ``_meta`` are the
+        upstream's, although the gateway's client speaks 2026-07-28 (which has no ``execution``)
+        and the npm servers speak 2025-11-25 to the gateway."""
+        assert listing_differences(runs(server)) == {}
 
 
 class TestCalls:
