@@ -168,13 +168,27 @@ SPAN_ID_SUFFIXES = tuple(format(index, "02x") for index in range(1, 256))
 """The last byte of a call's span ids, in hex: the call span's first, then each stage's."""
 
 
+_POOL_CALLS = 256
+"""Calls' ids drawn by one ``urandom``: a system call per call cost more than the rest of the
+ids' making."""
+_pool: list[str] = []
+"""Random hex of 23 bytes each (a trace id and a span-id prefix), taken from the end."""
+os.register_at_fork(after_in_child=_pool.clear)  # a forked child must not repeat its parent's ids
+
+
 def new_id_prefix() -> tuple[str, str]:
     """A random trace id, and the random 56-bit prefix a call's span ids share.
 
     Span id ``i`` of the call is the prefix and ``SPAN_ID_SUFFIXES[i]``: ids need only be unique
-    within their trace, and one ``urandom`` per call keeps this cheap.
+    within their trace. They come from ``os.urandom`` drawn for many calls at once; ``pop`` is
+    atomic, so threads drawing together never share one (a refill may race another: both add).
     """
-    raw = os.urandom(23).hex()
+    try:
+        raw = _pool.pop()
+    except IndexError:
+        block = os.urandom(23 * _POOL_CALLS).hex()
+        _pool.extend([block[start : start + 46] for start in range(0, len(block), 46)])
+        raw = _pool.pop()
     return raw[:32], raw[32:46]
 
 

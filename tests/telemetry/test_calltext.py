@@ -10,8 +10,11 @@ from hypothesis import strategies as st
 
 from guard.codes import Code
 from telemetry import Masker, SpanFileWriter, TrailSink, build_call_spans, calltext, encode_call
+from telemetry.calltext import encode_call_utf8
 from telemetry.chain import chain_key, verify
 from telemetry.encoder import encode_span
+from telemetry.records import new_ids
+from telemetry.spans import span_count
 from telemetry.trail import LINE_BYTES
 
 from .conftest import KEY, make_call
@@ -81,6 +84,58 @@ class TestCallTemplate:
             _same_but_ids(fast, _general(call, result, masker, link))
             if link is not None:
                 assert json.loads("[" + fast + "]")[0]["parentSpanId"] == link[1]
+
+
+_UNICODE = st.lists(st.sampled_from([*_PIECES, "\u00a0", "\U0001f600", "\x00", "\n"]), max_size=12)
+
+
+class TestPlainTemplate:
+    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(
+        call_id=_UNICODE.map("".join),
+        order=_UNICODE.map("".join),
+        step=st.integers(0, 2**63),
+        turn=st.integers(0, 2**63),
+        parented=st.booleans(),
+    )
+    def test_the_trail_bytes_are_the_call_text_encoded(
+        self, call_id: str, order: str, step: int, turn: int, parented: bool
+    ) -> None:
+        """A plain call's UTF-8 from its whole-call template is byte for byte encode_call's text
+        encoded, under the same ids, for any call id and arguments (format, JSON and non-ASCII
+        characters, card numbers), step and turn, under a host's span or not."""
+        masker = Masker(key=KEY)
+        parent = ("ab" * 16, "cd" * 8) if parented else None
+        for _ in range(2):  # the second from the cached template
+            call, result = make_call(arguments={"order_id": order}, call_id=call_id)
+            call.step, call.turn = step, turn
+            ids = new_ids(span_count(call) - 1)
+            fast = encode_call_utf8(call, result, masker, parent=parent, ids=ids)
+            text = encode_call(call, result, masker, parent=parent, check_text=False, ids=ids)
+            assert fast == text.encode("utf-8")
+        assert any(key[0][0] is masker for key in calltext._plains)  # the template path ran
+
+    def test_a_lone_surrogate_raises_for_the_checked_path(self) -> None:
+        """Text UTF-8 cannot carry is not written raw: the call's bytes raise, so the trail
+        writes the checked text instead."""
+        call, result = make_call(call_id="call-\ud800")
+        try:
+            encode_call_utf8(call, result, Masker(key=KEY))
+        except UnicodeEncodeError:
+            return
+        raise AssertionError("a lone surrogate was encoded")
+
+    def test_calls_that_are_not_plain_are_encoded_whole(self) -> None:
+        """Retries, an unknown tool and a refusal go the general way and still equal the records'
+        encoding."""
+        masker = Masker(key=KEY)
+        for call, result in [
+            make_call(retries=2),
+            make_call(spec=None, tool="nope", code=Code.UNKNOWN_TOOL),
+            make_call(code=Code.RATE_LIMITED),
+        ]:
+            fast = encode_call_utf8(call, result, masker).decode("utf-8")
+            _same_but_ids(fast, _general(call, result, masker))
 
 
 class TestTrailLines:
