@@ -13,7 +13,7 @@ from telemetry import Masker, SpanFileWriter, TrailSink, build_call_spans, callt
 from telemetry.calltext import encode_call_utf8
 from telemetry.chain import chain_key, verify
 from telemetry.encoder import encode_span
-from telemetry.records import new_ids
+from telemetry.records import SPAN_ID_SUFFIXES, SpanIds, given_prefix, new_ids
 from telemetry.spans import span_count
 from telemetry.trail import LINE_BYTES
 
@@ -136,6 +136,41 @@ class TestPlainTemplate:
         ]:
             fast = encode_call_utf8(call, result, masker).decode("utf-8")
             _same_but_ids(fast, _general(call, result, masker))
+
+
+class TestSpanIds:
+    @given(count=st.integers(1, len(SPAN_ID_SUFFIXES)), data=st.data())
+    def test_span_ids_read_as_the_list_they_stand_for(
+        self, count: int, data: st.DataObject
+    ) -> None:
+        """SpanIds reads, indexes (negative too), slices and iterates as the list of its prefix
+        and each suffix; an index past its end raises as a list's does."""
+        prefix = "0123456789abcd"
+        ids = SpanIds(prefix, count)
+        listed = [prefix + SPAN_ID_SUFFIXES[i] for i in range(count)]
+        assert list(ids) == listed and len(ids) == count
+        index = data.draw(st.integers(-count, count - 1))
+        assert ids[index] == listed[index]
+        start, stop = data.draw(st.integers(-count, count)), data.draw(st.integers(-count, count))
+        assert ids[start:stop] == listed[start:stop]
+        for past in (count, -count - 1):
+            try:
+                ids[past]
+            except IndexError:
+                continue
+            raise AssertionError(f"index {past} of {count} ids did not raise")
+
+    def test_given_prefix_takes_drawn_ids_and_checks_any_other(self) -> None:
+        """The prefix of ids new_ids drew is taken as is; the same ids as a list are checked id by
+        id, and one id changed, or a count that differs, names nothing."""
+        trace_id, span_ids = new_ids(9)
+        prefix = span_ids[0][:-2]
+        assert given_prefix((trace_id, span_ids), 10) == (trace_id, prefix)
+        listed = list(span_ids)
+        assert given_prefix((trace_id, listed), 10) == (trace_id, prefix)
+        listed[4] = "f" * 16
+        assert given_prefix((trace_id, listed), 10) is None
+        assert given_prefix((trace_id, span_ids), 11) is None
 
 
 class TestTrailLines:
