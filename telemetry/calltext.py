@@ -51,6 +51,7 @@ from telemetry.spans import (
     _settlement,
     _shapes_of,
     call_attribute_groups,
+    masked_message,
     span_count,
 )
 
@@ -376,20 +377,9 @@ def _plain_utf8(
     )  # fmt: skip
 
 
-_messages: dict[tuple[Masker, str], str] = {}
-"""(masker, a result's message) -> the message masked, as a JSON string (cleared when full):
-messages repeat (``get_order succeeded.``) and masking one costs more than the rest of its span."""
-
-
 def _message_text(masker: Masker, message: str) -> str:
-    key = (masker, message)
-    text = _messages.get(key)
-    if text is None:
-        text = encode_basestring(masker.text(message))
-        if len(_messages) >= _CACHE_LIMIT:
-            _messages.clear()
-        _messages[key] = text
-    return text
+    """The message masked (``masked_message``), as a JSON string."""
+    return encode_basestring(masked_message(masker, message))
 
 
 def _call_template(

@@ -13,8 +13,9 @@ from telemetry import Masker, SpanFileWriter, TrailSink, build_call_spans, callt
 from telemetry.calltext import encode_call_utf8
 from telemetry.chain import chain_key, verify
 from telemetry.encoder import encode_span
+from telemetry.masking import MaskMode
 from telemetry.records import SPAN_ID_SUFFIXES, SpanIds, given_prefix, new_ids
-from telemetry.spans import span_count
+from telemetry.spans import masked_message, span_count
 from telemetry.trail import LINE_BYTES
 
 from .conftest import KEY, make_call
@@ -136,6 +137,21 @@ class TestPlainTemplate:
         ]:
             fast = encode_call_utf8(call, result, masker).decode("utf-8")
             _same_but_ids(fast, _general(call, result, masker))
+
+
+class TestMaskedMessages:
+    def test_a_remembered_message_is_each_maskers_and_modes_own(self) -> None:
+        """A message holding an email is masked by each masker and mode as that masker masks it,
+        however often it repeats: the remembered text is never another key's or mode's."""
+        message = "Refund for ann@example.com is waiting as apr_1234567"
+        one, two = Masker(key=b"key-one", mode=MaskMode.HASH), Masker(key=b"key-two")
+        for _ in range(2):
+            assert masked_message(one, message) == one.text(message)
+            assert masked_message(two, message) == two.text(message)
+        assert "ann@example.com" not in masked_message(one, message)
+        assert masked_message(one, message) != masked_message(two, message)
+        one.mode = MaskMode.REDACT
+        assert masked_message(one, message) == one.text(message) == two.text(message)
 
 
 class TestSpanIds:
