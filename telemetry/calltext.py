@@ -8,12 +8,13 @@ or captured content: reads, and most refusals) has a call span whose attributes 
 step, turn, message, call id and arguments: one ``CallTemplate`` per tool, session, principal
 and outcome writes it. Any other call is written from its attribute groups
 (``call_attribute_groups``); a test holds every path's text equal to the records' encoding.
+The trail writes the same text as UTF-8 bytes (``telemetry.calltrail``).
 """
 
 from __future__ import annotations
 
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from json.encoder import encode_basestring
 from typing import Any
 
@@ -55,7 +56,7 @@ from telemetry.spans import (
     span_count,
 )
 
-__all__ = ["CallTemplate", "PlainTemplate", "StagesTemplate", "encode_call", "encode_call_utf8"]
+__all__ = ["CallTemplate", "StagesTemplate", "encode_call"]
 
 _CACHE_LIMIT = 4096
 
@@ -63,6 +64,18 @@ _CACHE_LIMIT = 4096
 def _format(pieces: Sequence[str]) -> str:
     """A ``%`` format of literal ``pieces`` with a ``%s`` hole between each two."""
     return "%s".join(piece.replace("%", "%%") for piece in pieces)
+
+
+def _utf8_format(
+    pieces: Sequence[str], holes: Sequence[int], number: Callable[[int], bool]
+) -> bytes:
+    """A bytes ``%`` format of literal ``pieces`` (UTF-8) with a hole for each of ``holes`` between
+    them: ``%d`` where ``number(hole)`` (integers formatted in place), else ``%s`` (bytes)."""
+    text = bytearray(pieces[0].encode().replace(b"%", b"%%"))
+    for hole, piece in zip(holes, pieces[1:], strict=True):
+        text += b"%d" if number(hole) else b"%s"
+        text += piece.encode().replace(b"%", b"%%")
+    return bytes(text)
 
 
 class StagesTemplate:
@@ -77,7 +90,7 @@ class StagesTemplate:
     ``2 + i`` mark ``i``.
     """
 
-    __slots__ = ("_pick", "_text", "holes", "pieces")
+    __slots__ = ("_pick", "_text", "_utf8", "holes", "pieces")
 
     def __init__(self, shapes: Sequence[Shape], hexes: Sequence[str]) -> None:
         pieces = [""]
@@ -98,6 +111,7 @@ class StagesTemplate:
         self.pieces: tuple[str, ...] = tuple(pieces)
         self.holes: tuple[int, ...] = tuple(holes)
         self._text = _format(pieces)
+        self._utf8 = _utf8_format(pieces, holes, lambda hole: hole >= 2)
         self._pick = operator.itemgetter(*holes) if len(holes) > 1 else None
 
     def render(self, trace_id: str, prefix: str, marks: Sequence[int]) -> str:
@@ -106,6 +120,13 @@ class StagesTemplate:
             return ""
         text: str = self._text % self._pick((trace_id, prefix, *map(str, marks)))
         return text
+
+    def render_utf8(self, trace_id: str, prefix: str, marks: Sequence[int]) -> bytes:
+        """``render`` as UTF-8, the marks formatted in place (a bytes ``%`` is the faster)."""
+        if self._pick is None:
+            return b""
+        data: bytes = self._utf8 % self._pick((trace_id.encode(), prefix.encode(), *marks))
+        return data
 
 
 _templates: dict[tuple[Any, ...], StagesTemplate] = {}
@@ -190,35 +211,6 @@ class CallTemplate:
         return text
 
 
-class PlainTemplate:
-    """A plain call's whole text for the trail, its call span then its stage spans, as UTF-8 with
-    a hole for each id, time and varying attribute: one ``%`` of bytes per call (about twice as
-    fast as text's), integers formatted in place, and no encoding pass over the text after.
-
-    ``render`` takes the values in ``_HOLES``' numbering as UTF-8 (the integers as they are),
-    then the call's marks from value 10 on; it is ``encode_call``'s text, encoded.
-    """
-
-    __slots__ = ("_pick", "_text", "spec")
-
-    def __init__(self, head: CallTemplate, stages: StagesTemplate) -> None:
-        self.spec = head.spec
-        """The tool spec the key names by id (held, so the id cannot be reused)."""
-        pieces = [*head.pieces[:-1], head.pieces[-1] + "," + stages.pieces[0], *stages.pieces[1:]]
-        holes = [*head.holes, *(hole + 8 if hole >= 2 else hole for hole in stages.holes)]
-        text = bytearray(pieces[0].encode().replace(b"%", b"%%"))
-        for hole, piece in zip(holes, pieces[1:], strict=True):
-            text += b"%d" if hole in _INT_HOLES or hole >= 10 else b"%s"
-            text += piece.encode().replace(b"%", b"%%")
-        self._text = bytes(text)
-        self._pick = operator.itemgetter(*holes)
-
-    def render(self, values: Sequence[bytes | int]) -> bytes:
-        """The call's spans as UTF-8, from its values."""
-        data: bytes = self._text % self._pick(values)
-        return data
-
-
 _calls: dict[tuple[Any, ...], CallTemplate] = {}
 """A plain call's template key -> its call span's template (cleared when full)."""
 
@@ -290,90 +282,6 @@ def _plain_key(
         result.code, result.ok, getattr(result, "fixable", None), result.replayed,
         call.confirmed, call.attempts, result.outcome, call.turns_marked, call.rejected_stage,
         call.risk, root, call.call_id is None, no_arguments,
-    )  # fmt: skip
-
-
-_plains: dict[tuple[Any, ...], PlainTemplate] = {}
-"""A plain call's template key and its stages (``_plain_key``, chain, marks) -> its whole
-text's template (cleared when full)."""
-
-
-def encode_call_utf8(
-    call: Call,
-    result: ToolResult,
-    masker: Masker,
-    *,
-    capture_content: bool = False,
-    parent: tuple[str, str] | None = None,
-    ids: CallIds | None = None,
-) -> bytes:
-    """``encode_call(..., check_text=False)`` as UTF-8, for the trail's lines: a plain call with
-    stages from its ``PlainTemplate``, any other call encoded.
-
-    Raises ``UnicodeEncodeError`` when the call holds text UTF-8 cannot carry (a lone surrogate):
-    its caller then writes ``encode_call`` with ``check_text``, which replaces it and says so.
-    """
-    if not capture_content:
-        data = _plain_utf8(call, result, masker, parent, ids)
-        if data is not None:
-            return data
-    text = encode_call(
-        call, result, masker, capture_content=capture_content, parent=parent, check_text=False,
-        ids=ids,
-    )  # fmt: skip
-    return text.encode("utf-8")
-
-
-def _plain_utf8(
-    call: Call,
-    result: ToolResult,
-    masker: Masker,
-    parent: tuple[str, str] | None,
-    ids: CallIds | None,
-) -> bytes | None:
-    """A plain call's spans from its ``PlainTemplate``; None when the call is not plain, has no
-    stage, or has a time, step or turn the template cannot write as the records do."""
-    marks = call.marks
-    count = len(marks)
-    if (
-        count < 2
-        or count > len(SPAN_ID_SUFFIXES)
-        or call.retries
-        or call.settled is not None
-        or not call.start_ns
-        or 0 in marks
-        or call.step.__class__ is not int
-        or call.turn.__class__ is not int
-        or not _is_plain(call, result)
-    ):
-        return None
-    spec = call.spec
-    arguments = _masked_arguments(call, masker)
-    key = (_plain_key(call, result, masker, parent is None, arguments is None), call.chain, count)
-    template = _plains.get(key)
-    if template is None or template.spec is not spec:
-        head = _call_template(call, result, masker, parent is not None)
-        if head is None:
-            return None
-        template = PlainTemplate(head, _stage_template(_path(call, result)))
-        if len(_plains) >= _CACHE_LIMIT:
-            _plains.clear()
-        _plains[key] = template
-    given = given_prefix(ids, count) if ids is not None else None
-    trace_id, prefix = given if given is not None else new_id_prefix()
-    parent_id = ""
-    if parent is not None:
-        trace_id, parent_id = parent
-    call_id = call.call_id
-    return template.render(
-        (
-            trace_id.encode(), prefix.encode(), parent_id.encode(), call.start_ns,
-            call.end_ns or marks[-1], call.step, call.turn,
-            _message_text(masker, result.message).encode(),
-            b"" if call_id is None else encode_basestring(masker.text(call_id)).encode(),
-            b"" if arguments is None else encode_basestring(arguments).encode(),
-            *marks,
-        )
     )  # fmt: skip
 
 

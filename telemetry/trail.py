@@ -16,7 +16,8 @@ from typing import Any, TypeAlias
 from guard.call import Call
 from guard.result import ToolResult
 from telemetry import attributes as attr
-from telemetry.calltext import encode_call, encode_call_utf8
+from telemetry.calltext import encode_call
+from telemetry.calltrail import encode_call_utf8
 from telemetry.encoder import frame_spans
 from telemetry.masking import Masker
 from telemetry.records import AttributeValue, CallIds, encodable
