@@ -13,7 +13,9 @@ the caller's role and the tool's argument schema, run, and recorded in a file:
 - callgate: the shop's guard (nine stages) with ``telemetry.configure(trail_dir=...)`` (one call
   span and one span per stage, masked, HMAC-chained OTLP JSON lines); and the same guard with the
   null observer, so the trail's own share shows;
-- the same two at each ``--base`` commit (default 944f983), from a git worktree under /tmp (made
+- the trail with the ids the observer draws on the calling thread and shares (``share_ids``, as
+  ``configure`` makes it when a trail and an OTLP copy must name a call alike), OTLP copy left out;
+- the first two at each ``--base`` commit (default 944f983), from a git worktree under /tmp (made
   when missing) imported in its own process;
 - tollgate 1.4.0: ``ControlTower`` with a YAML policy, a tool manifest with a params schema,
   ``AutoApprover`` and ``JsonlAuditSink``, awaited on one event loop;
@@ -68,7 +70,9 @@ def _measure(run: Callable[[int], Any], flush: Callable[[], Any], n: int) -> dic
     return {"process_us": process / n * 1e6, "thread_us": thread / n * 1e6}
 
 
-def _callgate(trail: bool, directory: Path) -> tuple[Callable[[int], Any], Callable[[], Any]]:
+def _callgate(
+    trail: bool, directory: Path, shared: bool = False
+) -> tuple[Callable[[int], Any], Callable[[], Any]]:
     from guard import Policy, Principal, RolePolicy
     from guard.shop import Order, build_shop
     from telemetry import configure
@@ -87,10 +91,13 @@ def _callgate(trail: bool, directory: Path) -> tuple[Callable[[int], Any], Calla
         if trail
         else None
     )
+    observer = handle.observer if handle is not None else None
+    if shared and observer is not None:  # as configure makes it for a trail and an OTLP copy
+        from telemetry.observer import OTelObserver
+
+        observer = OTelObserver(observer.sinks, share_ids=True)
     order = Order(order_id="ORD-7777", customer_id="CUS-1", amount_cents=4200, currency="EUR")
-    shop = build_shop(
-        orders=[order], policy=policy, observer=handle.observer if handle is not None else None
-    )
+    shop = build_shop(orders=[order], policy=policy, observer=observer)
     principal = Principal(id="CUS-1", role=role, scopes=frozenset({"orders:read"}))
     session = shop.guard.session("bench", principal)
 
@@ -201,9 +208,10 @@ def child(impl: str, n: int) -> None:
         elif impl == "chokepoint":
             run, flush = _chokepoint(directory)
         else:
-            run, flush = _callgate(impl == "trail", directory)
+            run, flush = _callgate(impl != "guard", directory, shared=impl == "shared")
         figures = _measure(run, flush, n)
-        figures["bytes"] = float(sum(p.stat().st_size for p in directory.rglob("*") if p.is_file()))
+        written = sum(p.stat().st_size for p in directory.rglob("*") if p.is_file())
+        figures["bytes"] = written / (n + min(n, 2000))  # the warm-up's calls are on disk too
     print(json.dumps(figures))
 
 
@@ -274,6 +282,7 @@ def main() -> None:
         return
     rows: list[tuple[str, str, Path, str]] = [
         ("callgate guard + trail", sys.executable, ROOT, "trail"),
+        ("callgate guard + trail, shared ids", sys.executable, ROOT, "shared"),
         ("callgate guard alone", sys.executable, ROOT, "guard"),
     ]
     args.base = args.base or [DEFAULT_BASE]
@@ -319,15 +328,21 @@ def _report(results: dict[str, list[dict[str, float]]], args: argparse.Namespace
         print(
             f"{label:36} {statistics.median(r['process_us'] for r in runs):10.1f} "
             f"{statistics.median(r['thread_us'] for r in runs):9.1f} "
-            f"{statistics.median(r['bytes'] for r in runs) / args.n:10.0f} "
+            f"{statistics.median(r['bytes'] for r in runs):10.0f} "
             f"{statistics.median(ratios) if ratios else float('nan'):6.2f}x"
         )
-    for tree in ["callgate", *(f"callgate {commit}" for commit in args.base)]:
-        trail, guard = results.get(f"{tree} guard + trail"), results.get(f"{tree} guard alone")
+    pairs = [
+        ("callgate", "callgate guard + trail", "callgate guard alone"),
+        ("callgate, shared ids", "callgate guard + trail, shared ids", "callgate guard alone"),
+    ]
+    pairs += [(f"callgate {commit}", f"callgate {commit} guard + trail",
+               f"callgate {commit} guard alone") for commit in args.base]  # fmt: skip
+    for name, with_trail, alone in pairs:
+        trail, guard = results.get(with_trail), results.get(alone)
         if trail and guard:
             added = [t["process_us"] - g["process_us"] for t, g in zip(trail, guard, strict=False)]
             thread = [t["thread_us"] - g["thread_us"] for t, g in zip(trail, guard, strict=False)]
-            print(f"{tree}: the trail adds {statistics.median(added):.1f} µs process CPU per call "
+            print(f"{name}: the trail adds {statistics.median(added):.1f} µs process CPU per call "
                   f"({statistics.median(thread):.1f} µs on the calling thread)")  # fmt: skip
 
 

@@ -8,12 +8,13 @@ or captured content: reads, and most refusals) has a call span whose attributes 
 step, turn, message, call id and arguments: one ``CallTemplate`` per tool, session, principal
 and outcome writes it. Any other call is written from its attribute groups
 (``call_attribute_groups``); a test holds every path's text equal to the records' encoding.
+The trail writes the same text as UTF-8 bytes (``telemetry.calltrail``).
 """
 
 from __future__ import annotations
 
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from json.encoder import encode_basestring
 from typing import Any
 
@@ -51,12 +52,30 @@ from telemetry.spans import (
     _settlement,
     _shapes_of,
     call_attribute_groups,
+    masked_message,
     span_count,
 )
 
 __all__ = ["CallTemplate", "StagesTemplate", "encode_call"]
 
 _CACHE_LIMIT = 4096
+
+
+def _format(pieces: Sequence[str]) -> str:
+    """A ``%`` format of literal ``pieces`` with a ``%s`` hole between each two."""
+    return "%s".join(piece.replace("%", "%%") for piece in pieces)
+
+
+def _utf8_format(
+    pieces: Sequence[str], holes: Sequence[int], number: Callable[[int], bool]
+) -> bytes:
+    """A bytes ``%`` format of literal ``pieces`` (UTF-8) with a hole for each of ``holes`` between
+    them: ``%d`` where ``number(hole)`` (integers formatted in place), else ``%s`` (bytes)."""
+    text = bytearray(pieces[0].encode().replace(b"%", b"%%"))
+    for hole, piece in zip(holes, pieces[1:], strict=True):
+        text += b"%d" if number(hole) else b"%s"
+        text += piece.encode().replace(b"%", b"%%")
+    return bytes(text)
 
 
 class StagesTemplate:
@@ -66,27 +85,33 @@ class StagesTemplate:
     call span ``prefix + hexes[0]``, and runs from ``marks[i]`` to ``marks[i + 1]``: ``render`` is
     the text ``encode_shaped`` writes for each (a test holds them equal; marks must be non-zero).
     Calls that take the same path share their stages' shapes, so one template serves them all and
-    a call's stage spans cost one ``%`` of its ids and times.
+    a call's stage spans cost one ``%`` of its ids and times. ``pieces`` and ``holes`` are its
+    literal text and which value fills each hole between them: 0 the trace id, 1 the prefix,
+    ``2 + i`` mark ``i``.
     """
 
-    __slots__ = ("_pick", "_text")
+    __slots__ = ("_pick", "_text", "_utf8", "holes", "pieces")
 
     def __init__(self, shapes: Sequence[Shape], hexes: Sequence[str]) -> None:
-        parts = []
-        holes: list[int] = []  # which value fills each hole: 0 trace id, 1 prefix, 2 + i mark i
+        pieces = [""]
+        holes: list[int] = []
         for index, shape in enumerate(shapes):
             shaped = SpanRecord(
                 trace_id="", span_id="", parent_span_id="", name=shape[0], start_ns=0, end_ns=0,
                 attributes=shape[1], status_code=shape[2], status_message=shape[3],
             )  # fmt: skip
             head, tail = _shaped_parts(shaped) or _parts(shaped)
-            parts.append(
-                '{"traceId":"%s","spanId":"%s' + hexes[index + 1] + '","parentSpanId":"%s'
-                + hexes[0] + '"' + head.replace("%", "%%") + ',"startTimeUnixNano":"%s",'
-                + '"endTimeUnixNano":"%s"' + tail.replace("%", "%%")
-            )  # fmt: skip
+            pieces[-1] += ("," if index else "") + '{"traceId":"'
+            pieces += [
+                '","spanId":"', hexes[index + 1] + '","parentSpanId":"',
+                hexes[0] + '"' + head + ',"startTimeUnixNano":"', '","endTimeUnixNano":"',
+                '"' + tail,
+            ]  # fmt: skip
             holes += (0, 1, 1, 2 + index, 3 + index)
-        self._text = ",".join(parts)
+        self.pieces: tuple[str, ...] = tuple(pieces)
+        self.holes: tuple[int, ...] = tuple(holes)
+        self._text = _format(pieces)
+        self._utf8 = _utf8_format(pieces, holes, lambda hole: hole >= 2)
         self._pick = operator.itemgetter(*holes) if len(holes) > 1 else None
 
     def render(self, trace_id: str, prefix: str, marks: Sequence[int]) -> str:
@@ -95,6 +120,13 @@ class StagesTemplate:
             return ""
         text: str = self._text % self._pick((trace_id, prefix, *map(str, marks)))
         return text
+
+    def render_utf8(self, trace_id: str, prefix: str, marks: Sequence[int]) -> bytes:
+        """``render`` as UTF-8, the marks formatted in place (a bytes ``%`` is the faster)."""
+        if self._pick is None:
+            return b""
+        data: bytes = self._utf8 % self._pick((trace_id.encode(), prefix.encode(), *marks))
+        return data
 
 
 _templates: dict[tuple[Any, ...], StagesTemplate] = {}
@@ -119,6 +151,8 @@ _HOLES = {
 }
 """The call span's attributes that vary between plain calls of one template, and which value
 fills each: 0-4 are the trace id, span-id prefix, parent span id, start and end."""
+_INT_HOLES = frozenset({3, 4, 5, 6})
+"""The values that are integers (the times, step and turn); the rest are text."""
 
 
 class CallTemplate:
@@ -126,9 +160,11 @@ class CallTemplate:
 
     Made from one call's attributes (``call_attribute_groups``, in their order); ``render`` of
     another call with the same template key is the text the general path writes for it.
+    ``pieces`` and ``holes`` are its literal text and the value (``_HOLES``' numbering) that
+    fills each hole between them.
     """
 
-    __slots__ = ("_pick", "_text", "spec")
+    __slots__ = ("_pick", "_text", "holes", "pieces", "spec")
 
     def __init__(
         self,
@@ -140,31 +176,33 @@ class CallTemplate:
     ) -> None:
         self.spec = spec
         """The tool spec the key names by id (held, so the id cannot be reused)."""
-        holes = [0, 1] + ([2] if parented else []) + [3, 4]
-        fragments = []
-        for key, value in pairs:
+        pieces = ['{"traceId":"', '","spanId":"', SPAN_ID_SUFFIXES[0] + '"']
+        holes = [0, 1]
+        if parented:
+            pieces[-1] += ',"parentSpanId":"'
+            pieces.append('"')
+            holes.append(2)
+        pieces[-1] += span_head(name, KIND_INTERNAL) + ',"startTimeUnixNano":"'
+        pieces += ['","endTimeUnixNano":"', '","attributes":[']
+        holes += [3, 4]
+        for index, (key, value) in enumerate(pairs):
+            comma = "," if index else ""
             hole = _HOLES.get(key)
             if hole is None:
-                fragments.append(encode_attribute(key, value).replace("%", "%%"))
+                pieces[-1] += comma + encode_attribute(key, value)
                 continue
-            kind = "intValue" if hole in (5, 6) else "stringValue"
-            if (value.__class__ is int) != (kind == "intValue") or value.__class__ not in (
-                int,
-                str,
-            ):
+            number = hole in (5, 6)
+            if value.__class__ is not (int if number else str):
                 raise TypeError(f"{key} holds a {type(value).__name__}: no template")
-            fragments.append(
-                '{"key":' + encode_basestring(key) + ',"value":{"' + kind + '":'
-                + ('"%s"' if kind == "intValue" else "%s") + "}}"
-            )  # fmt: skip
+            kind = "intValue" if number else "stringValue"
+            pieces[-1] += comma + '{"key":' + encode_basestring(key) + ',"value":{"' + kind + '":'
+            pieces[-1] += '"' if number else ""
+            pieces.append(('"' if number else "") + "}}")
             holes.append(hole)
-        self._text = (
-            '{"traceId":"%s","spanId":"%s' + SPAN_ID_SUFFIXES[0] + '"'
-            + (',"parentSpanId":"%s"' if parented else "")
-            + span_head(name, KIND_INTERNAL).replace("%", "%%")
-            + ',"startTimeUnixNano":"%s","endTimeUnixNano":"%s","attributes":['
-            + ",".join(fragments) + "]" + span_later(status).replace("%", "%%")
-        )  # fmt: skip
+        pieces[-1] += "]" + span_later(status)
+        self.pieces: tuple[str, ...] = tuple(pieces)
+        self.holes: tuple[int, ...] = tuple(holes)
+        self._text = _format(pieces)
         self._pick = operator.itemgetter(*holes)
 
     def render(self, values: Sequence[str]) -> str:
@@ -209,14 +247,9 @@ def _plain_head_text(
     end = call.end_ns or (marks[-1] if marks else call.start_ns)
     if not (call.start_ns and end) or not _is_plain(call, result):
         return None
-    spec, principal = call.spec, call.principal
+    spec = call.spec
     arguments = _masked_arguments(call, masker)
-    key = (
-        masker, call.tool, id(spec), call.session_id, principal.id, principal.role, result.code,
-        result.ok, getattr(result, "fixable", None), result.replayed, call.confirmed,
-        call.attempts, result.outcome, call.turns_marked, call.rejected_stage, call.risk,
-        parent is None, call.call_id is None, arguments is None,
-    )  # fmt: skip
+    key = _plain_key(call, result, masker, parent is None, arguments is None)
     template = _calls.get(key)
     if template is None or template.spec is not spec:
         template = _call_template(call, result, masker, parent is not None)
@@ -232,11 +265,29 @@ def _plain_head_text(
     call_id = call.call_id
     values = (
         trace_id, prefix, parent_id, str(call.start_ns), str(end), str(call.step), str(call.turn),
-        encode_basestring(masker.text(result.message)),
+        _message_text(masker, result.message),
         "" if call_id is None else encode_basestring(masker.text(call_id)),
         "" if arguments is None else encode_basestring(arguments),
     )  # fmt: skip
     return trace_id, prefix, template.render(values)
+
+
+def _plain_key(
+    call: Call, result: ToolResult, masker: Masker, root: bool, no_arguments: bool
+) -> tuple[Any, ...]:
+    """What decides a plain call span's template: all it holds but the values in ``_HOLES``."""
+    principal = call.principal
+    return (
+        masker, call.tool, id(call.spec), call.session_id, principal.id, principal.role,
+        result.code, result.ok, getattr(result, "fixable", None), result.replayed,
+        call.confirmed, call.attempts, result.outcome, call.turns_marked, call.rejected_stage,
+        call.risk, root, call.call_id is None, no_arguments,
+    )  # fmt: skip
+
+
+def _message_text(masker: Masker, message: str) -> str:
+    """The message masked (``masked_message``), as a JSON string."""
+    return encode_basestring(masked_message(masker, message))
 
 
 def _call_template(

@@ -18,7 +18,7 @@ import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, overload
 
 from telemetry import attributes as attr
 
@@ -35,6 +35,7 @@ __all__ = [
     "ResourceGroup",
     "ScopeGroup",
     "Shape",
+    "SpanIds",
     "SpanRecord",
     "encodable",
     "encodable_attributes",
@@ -168,29 +169,72 @@ SPAN_ID_SUFFIXES = tuple(format(index, "02x") for index in range(1, 256))
 """The last byte of a call's span ids, in hex: the call span's first, then each stage's."""
 
 
+_POOL_CALLS = 256
+"""Calls' ids drawn by one ``urandom``: a system call per call cost more than the rest of the
+ids' making."""
+_pool: list[str] = []
+"""Random hex of 23 bytes each (a trace id and a span-id prefix), taken from the end."""
+os.register_at_fork(after_in_child=_pool.clear)  # a forked child must not repeat its parent's ids
+
+
 def new_id_prefix() -> tuple[str, str]:
     """A random trace id, and the random 56-bit prefix a call's span ids share.
 
     Span id ``i`` of the call is the prefix and ``SPAN_ID_SUFFIXES[i]``: ids need only be unique
-    within their trace, and one ``urandom`` per call keeps this cheap.
+    within their trace. They come from ``os.urandom`` drawn for many calls at once; ``pop`` is
+    atomic, so threads drawing together never share one (a refill may race another: both add).
     """
-    raw = os.urandom(23).hex()
+    try:
+        raw = _pool.pop()
+    except IndexError:
+        block = os.urandom(23 * _POOL_CALLS).hex()
+        _pool.extend([block[start : start + 46] for start in range(0, len(block), 46)])
+        raw = _pool.pop()
     return raw[:32], raw[32:46]
 
 
-CallIds: TypeAlias = tuple[str, list[str]]
+class SpanIds(Sequence[str]):
+    """A call's span ids as ``new_ids`` draws them: a random 56-bit prefix and the last byte
+    ``SPAN_ID_SUFFIXES[i]`` of id ``i``, each made only when read. Drawing a call's ids on the
+    calling thread is then one prefix, and a writer that lays the call out by prefix
+    (``given_prefix``) reads it without checking every id."""
+
+    __slots__ = ("_count", "prefix")
+
+    def __init__(self, prefix: str, count: int) -> None:
+        if count > len(SPAN_ID_SUFFIXES):
+            raise ValueError(f"{count} spans: only {len(SPAN_ID_SUFFIXES)} share a prefix")
+        self.prefix = prefix
+        self._count = count
+
+    def __len__(self) -> int:
+        return self._count
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[str]: ...
+
+    def __getitem__(self, index: int | slice) -> str | list[str]:
+        if isinstance(index, slice):
+            return [self.prefix + SPAN_ID_SUFFIXES[i] for i in range(self._count)[index]]
+        return self.prefix + SPAN_ID_SUFFIXES[range(self._count)[index]]
+
+
+CallIds: TypeAlias = tuple[str, Sequence[str]]
 """A call's trace id and its span ids (the call span's, then one per stage), in hex: drawn once
 per call (``new_ids``), so every copy of the call (the trail, OTLP) names it the same."""
 
 
 def new_ids(stages: int) -> CallIds:
     """A random trace id, and span ids that share a random 56-bit prefix and differ in the last byte
-    (``new_id_prefix``); random throughout past 254 stages."""
+    (``new_id_prefix``, ``SpanIds``); random throughout past 254 stages."""
     trace_id, prefix = new_id_prefix()
     if stages >= len(SPAN_ID_SUFFIXES):  # pragma: no cover - no pipeline has that many stages
         more = os.urandom(8 * (stages + 1)).hex()
         return trace_id, [more[16 * index : 16 * index + 16] for index in range(stages + 1)]
-    return trace_id, [prefix + SPAN_ID_SUFFIXES[index] for index in range(stages + 1)]
+    return trace_id, SpanIds(prefix, stages + 1)
 
 
 def given_prefix(ids: CallIds | None, count: int) -> tuple[str, str] | None:
@@ -200,6 +244,10 @@ def given_prefix(ids: CallIds | None, count: int) -> tuple[str, str] | None:
     if ids is None or len(ids[1]) != count or count > len(SPAN_ID_SUFFIXES):
         return None
     trace_id, span_ids = ids
+    if span_ids.__class__ is SpanIds:  # made from its prefix: no id to check
+        return trace_id, span_ids.prefix
+    if not count:
+        return None
     prefix = span_ids[0][:-2]
     if all(span_id == prefix + SPAN_ID_SUFFIXES[i] for i, span_id in enumerate(span_ids)):
         return trace_id, prefix

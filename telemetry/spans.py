@@ -41,6 +41,7 @@ __all__ = [
     "SpanRecord",
     "build_call_spans",
     "call_attributes",
+    "masked_message",
     "span_count",
 ]
 
@@ -57,6 +58,24 @@ def _masked_arguments(call: Call, masker: Masker) -> str | None:
     if call.raw_arguments is not None:
         return masker.raw_json(call.raw_arguments, sensitive)
     return None
+
+
+_messages: dict[tuple[Masker, object, str], str] = {}
+"""(masker, its mode, a result's message) -> the message masked (cleared at 4,096): messages repeat (the
+same refusal of the same field, ``get_order succeeded.``) and masking a long one that holds a
+number runs every detector over it, which costs more than the rest of its call's spans."""
+
+
+def masked_message(masker: Masker, message: str) -> str:
+    """``masker.text(message)``, remembered per masker."""
+    key = (masker, masker.mode, message)
+    text = _messages.get(key)
+    if text is None:
+        text = masker.text(message)
+        if len(_messages) >= 4096:
+            _messages.clear()
+        _messages[key] = text
+    return text
 
 
 _Stage: TypeAlias = tuple[str, Shape, int, int, list[EventRecord] | None]
@@ -299,7 +318,7 @@ def call_attribute_groups(
         (attr.TURNS_MARKED, call.turns_marked),
         (attr.PRINCIPAL, masker.principal(call.principal.id)),
         (attr.ROLE, call.principal.role),
-        (attr.MESSAGE, masker.text(result.message)),
+        (attr.MESSAGE, masked_message(masker, result.message)),
     ]
     groups.append(items)
     stage = _code_stage(code)

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeAlias
 
 from guard.call import Call
 from guard.result import ToolResult
 from telemetry import attributes as attr
 from telemetry.calltext import encode_call
+from telemetry.calltrail import encode_call_utf8
 from telemetry.encoder import frame_spans
 from telemetry.masking import Masker
 from telemetry.records import AttributeValue, CallIds, encodable
@@ -28,16 +29,11 @@ __all__ = ["SpanFileWriter", "TrailSink", "TrailWriteError"]
 
 log = logging.getLogger(__name__)
 
+_Item: TypeAlias = tuple[Call, ToolResult, Any, CallIds | None]
+"""A finished call as the observer hands it over: call, result, host parent span, shared ids."""
+
 LINE_BYTES = 48 * 1024
-"""A trail line holds calls until its text passes this many characters (one call can pass it)."""
-
-
-def _encodes(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+"""A trail line holds calls until it passes this many bytes (one call can pass it)."""
 
 
 class TrailSink:
@@ -59,18 +55,19 @@ class TrailSink:
         self._resource = dict(resource)
         self._scope_version = scope_version
         self._capture_content = capture_content
-        self._frame = frame_spans(
+        head, tail = frame_spans(
             resource=self._resource,
             scope_name=attr.INSTRUMENTATION_SCOPE,
             scope_version=scope_version,
         )
+        self._frame = (head.encode("utf-8"), tail.encode("utf-8"))  # made encodable there
         self.spans = 0
         """Spans written so far."""
         self.errors = 0
         """Calls whose spans could not be built (a bug; logged): their spans are in ``lost_spans``."""
         self.lost_spans = 0
         """Spans that never reached the file: calls that could not be built, writes that failed."""
-        self._worker: BatchWorker[tuple[Call, ToolResult, Any, CallIds | None]] = BatchWorker(
+        self._worker: BatchWorker[_Item] = BatchWorker(
             self._write,
             name="callgate-trail",
             capacity=capacity,
@@ -89,28 +86,33 @@ class TrailSink:
         """Queue a finished call (calling thread: one deque append)."""
         self._worker.put((call, result, parent, ids))
 
-    def _write(self, batch: list[tuple[Call, ToolResult, Any, CallIds | None]]) -> None:
-        spans: list[str] = []
-        built: list[tuple[Call, ToolResult, Any, CallIds | None]] = []
-        count = 0
+    def _write(self, batch: list[_Item]) -> None:
+        """Encode the batch's calls and write them a line at a time, each line as soon as it is
+        full: one line's texts, its bytes and the chain's pieces are the only large buffers
+        alive, so the allocator reuses them (a whole batch's texts alive at once made it fault
+        in fresh pages for every batch, which cost more than building the lines)."""
+        head, tail = self._frame
+        run = [head]  # head, call, ",", call, ... : one join per line
+        count = size = 0
         for item in batch:
-            text = self._encode(*item, check_text=False)
-            if text is not None:
-                spans.append(text)
-                built.append(item)
-                count += span_count(item[0])
-        if not spans:
-            return
+            data = self._encode(*item)
+            if data is None:
+                continue
+            if size and size + len(data) > LINE_BYTES:
+                run[-1] = tail
+                self._write_line(b"".join(run), count)
+                run, count, size = [head], 0, 0
+            run += (data, b",")
+            count += span_count(item[0])
+            size += len(data) + 1
+        if count:
+            run[-1] = tail
+            self._write_line(b"".join(run), count)
+
+    def _write_line(self, line: bytes, count: int) -> None:
+        """Write one line holding ``count`` spans; count them as written or lost."""
         try:
-            try:
-                lines = self._lines(spans)
-            except UnicodeEncodeError:  # a call held text UTF-8 cannot carry: redo those calls
-                spans = [
-                    text if _encodes(text) else (self._encode(*item, check_text=True) or "")
-                    for text, item in zip(spans, built, strict=True)
-                ]
-                lines = self._lines([text for text in spans if text])
-            self.writer.write_lines(lines)
+            self.writer.write_lines([line])
         except Exception:
             self.lost_spans += count
             log.exception("the trail lost %d spans", count)
@@ -118,53 +120,38 @@ class TrailSink:
         self.spans += count
 
     def _encode(
-        self,
-        call: Call,
-        result: ToolResult,
-        parent: Any,
-        ids: CallIds | None,
-        *,
-        check_text: bool,
-    ) -> str | None:
-        """The call's spans as text, or None (counted) when they cannot be built."""
+        self, call: Call, result: ToolResult, parent: Any, ids: CallIds | None
+    ) -> bytes | None:
+        """The call's spans as UTF-8, or None (counted) when they cannot be built."""
         try:
             link = None
             if parent is not None:
                 link = (format(parent.trace_id, "032x"), format(parent.span_id, "016x"))
-            return encode_call(
-                call,
-                result,
-                self._masker,
-                capture_content=self._capture_content,
-                parent=link,
-                check_text=check_text,
-                ids=ids,
-            )
+            try:
+                return encode_call_utf8(
+                    call,
+                    result,
+                    self._masker,
+                    capture_content=self._capture_content,
+                    parent=link,
+                    ids=ids,
+                )
+            except UnicodeEncodeError:  # text UTF-8 cannot carry: replaced, and the span says so
+                text = encode_call(
+                    call,
+                    result,
+                    self._masker,
+                    capture_content=self._capture_content,
+                    parent=link,
+                    check_text=True,
+                    ids=ids,
+                )
+                return text.encode("utf-8")
         except Exception:  # one bad record must not cost the batch
             log.exception("could not build the spans of call %r", encodable(str(call.call_id)))
             self.errors += 1
             self.lost_spans += span_count(call)
             return None
-
-    def _lines(self, spans: list[str]) -> list[bytes]:
-        """The calls' texts as UTF-8 lines (``encode_spans`` of each run of calls, from the sink's
-        frame made once) of about ``LINE_BYTES`` at most each: a line's text, its bytes and the
-        chain's copy stay small buffers the allocator reuses (two large ones alive at once cost
-        more than all the encoding, on some systems)."""
-        head, tail = self._frame
-        lines: list[bytes] = []
-        run = [head]  # head, span, ",", span, ... : one join per line
-        size = 0
-        for text in spans:
-            if size and size + len(text) > LINE_BYTES:
-                run[-1] = tail
-                lines.append("".join(run).encode("utf-8"))
-                run, size = [head], 0
-            run += (text, ",")
-            size += len(text) + 1
-        run[-1] = tail
-        lines.append("".join(run).encode("utf-8"))
-        return lines
 
     def force_flush(self, timeout: float | None = None) -> bool:
         """Wait until every queued call is on disk."""
