@@ -7,6 +7,7 @@ without the optional ``redis`` package.
 from guard.stores.base import (
     ApprovalState,
     ApprovalStore,
+    Ceiling,
     Claim,
     ClaimState,
     CounterStore,
@@ -28,6 +29,7 @@ from guard.stores.sqlite import (
 __all__ = [
     "ApprovalState",
     "ApprovalStore",
+    "Ceiling",
     "Claim",
     "ClaimState",
     "CounterStore",

@@ -26,6 +26,7 @@ __all__ = [
     "APPROVAL_DECIDE",
     "APPROVAL_FIND_PENDING",
     "APPROVAL_PURGE",
+    "CEILINGS",
     "CLAIM",
     "COMPLETE",
     "DEADLINE_PURGE",
@@ -185,6 +186,31 @@ end
 for i = added + 1, #KEYS do
     local rec = redis.call('HMGET', KEYS[i], 'value', 'expires_at')
     if rec[1] and rec[2] and tonumber(rec[2]) >= now then out[i] = rec[1] else out[i] = 0 end
+end
+return out
+"""
+)
+
+# KEYS the counters, in order; ARGV now, then limit, expires_at and ttl_ms per counter (expires_at
+# '' for a counter only read). Counts (adds 1 to) or reads each, stopping after the first whose
+# value is over its limit (``CounterStore.ceilings``). Returns the values reached, as text.
+CEILINGS = (
+    _BUMP
+    + """
+local now = tonumber(ARGV[1])
+local out = {}
+for i = 1, #KEYS do
+    local at = 3 * i - 1
+    local value
+    if ARGV[at + 1] == '' then
+        local rec = redis.call('HMGET', KEYS[i], 'value', 'expires_at')
+        value = '0'
+        if rec[1] and rec[2] and tonumber(rec[2]) >= now then value = rec[1] end
+    else
+        value = bump(KEYS[i], 1, now, ARGV[at + 1], ARGV[at + 2])
+    end
+    out[i] = value
+    if tonumber(value) > tonumber(ARGV[at]) then break end
 end
 return out
 """

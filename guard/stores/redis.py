@@ -55,6 +55,7 @@ from guard.stores.base import (
     PENDING_ACTION_FIELDS,
     ApprovalState,
     ApprovalStore,
+    Ceiling,
     Claim,
     ClaimState,
     CounterStore,
@@ -92,6 +93,7 @@ _INCR = Script("incr", lua.INCR)
 _ADD_WITHIN = Script("add_within", lua.ADD_WITHIN)
 _RESET = Script("reset", lua.RESET)
 _TALLY = Script("tally", lua.TALLY)
+_CEILINGS = Script("ceilings", lua.CEILINGS)
 _APPROVAL_CREATE = Script("approval_create", lua.APPROVAL_CREATE)
 _APPROVAL_DECIDE = Script("approval_decide", lua.APPROVAL_DECIDE)
 _APPROVAL_FIND_PENDING = Script("approval_find_pending", lua.APPROVAL_FIND_PENDING)
@@ -367,6 +369,7 @@ class RedisCounterStore(_RedisStore):
     """Counters as hashes; every update is one script, so no increment is lost across hosts."""
 
     _NAMESPACE = "counter"
+    batches = True
 
     def __init__(
         self, client: redis.Redis, *, prefix: str = DEFAULT_PREFIX, grace: float = DEFAULT_GRACE
@@ -398,6 +401,17 @@ class RedisCounterStore(_RedisStore):
             expires_at = now + ttl
             args += [1, repr(expires_at), _ttl_ms(expires_at, now, self._grace)]
         return [int(value) for value in self._wire.run(_TALLY, keys, args)]
+
+    def ceilings(self, ceilings: Sequence[Ceiling], *, now: float) -> list[int]:
+        keys = [self._key(ceiling.key) for ceiling in ceilings]
+        args: list[str | int] = [repr(now)]
+        for ceiling in ceilings:
+            if ceiling.ttl is None:
+                args += [ceiling.limit, "", 0]
+            else:
+                expires_at = now + ceiling.ttl
+                args += [ceiling.limit, repr(expires_at), _ttl_ms(expires_at, now, self._grace)]
+        return [int(value) for value in self._wire.run(_CEILINGS, keys, args)]
 
     def get(self, key: str, *, now: float) -> int:
         value, expires_at = self._wire.command("HMGET", self._key(key), "value", "expires_at")
