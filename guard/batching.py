@@ -23,12 +23,15 @@ from dataclasses import fields
 from guard.call import Call
 from guard.clock import Clock
 from guard.result import ToolResult
-from guard.stages import BudgetStage, IdempotencyStage, Stage
+from guard.stages import BudgetStage, IdempotencyStage, PolicyStage, RuleStage, Stage
 from guard.stores.base import Ceiling, CounterStore
 
 __all__ = ["BatchedStart"]
 
 _FIELDS = tuple(field.name for field in fields(Call))
+
+_NEVER = 2**63 - 1
+"""The limit of a counter only read ahead: no value is over it."""
 
 
 class BatchedStart:
@@ -96,10 +99,26 @@ class BatchedStart:
             raise
         loop = idempotency.loop(call)
         counted = ceilings if loop is None else [*ceilings, loop]
-        values, refused = self._count(call, budget, before, counted)
-        if refused is None and loop is not None:
-            call.loop_count = values[-1]
-        return refused
+        reads = self._reads(call, stages)
+        values, refused = self._count(call, budget, before, [*counted, *reads])
+        if refused is not None:
+            return refused
+        if loop is not None:
+            call.loop_count = values[len(counted) - 1]
+        if len(values) > len(counted):  # the loop counter let it on: every read was made
+            made = zip(reads, values[len(counted) :], strict=True)
+            call.counts = {read.key: value for read, value in made}
+        return None
+
+    def _reads(self, call: Call, stages: Sequence[Stage]) -> list[Ceiling]:
+        """The counters the rules and policy stages will read, read ahead: they never stop."""
+        keys = [
+            key
+            for stage in stages[self.at + 1 :]
+            if isinstance(stage, RuleStage | PolicyStage)
+            for key in stage.reads(call)
+        ]
+        return [Ceiling(key, _NEVER) for key in dict.fromkeys(keys)]
 
     def _count(
         self, call: Call, budget: BudgetStage, before: list[object], ceilings: list[Ceiling]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +19,7 @@ from guard import ToolResult
 from guard.call import Call
 from guard.shop import ShopApp, build_shop, shop_policy
 from guard.stores import MemoryCounterStore
-from guard.stores.redis import open_redis_stores
+from guard.stores.redis import RedisStores, open_redis_stores
 from guard.testing import ManualClock
 
 
@@ -52,6 +52,12 @@ class EndedCalls:
         self.ended.append(call)
 
 
+def refund(order_id: str, cents: int) -> str:
+    return json.dumps(
+        {"order_id": order_id, "amount_cents": cents, "currency": "BRL", "reason": "damaged"}
+    )
+
+
 POLICY = dict(
     max_steps_per_session=14,
     max_steps_per_turn=6,
@@ -65,13 +71,13 @@ CALLS = {
     "bad_json": ("get_order", '{"order_id": '),
     "bad_args": ("get_order", '{"order": 1}'),
     "unknown": ("drop_tables", "{}"),
-    "refund": (
-        "refund_order",
-        json.dumps(
-            {"order_id": "ORD-1001", "amount_cents": 500, "currency": "BRL", "reason": "damaged"}
-        ),
-    ),
+    "search": ("search_refund_policy", '{"query": "damaged item"}'),
+    "refund": ("refund_order", refund("ORD-1001", 500)),
+    "refund_more": ("refund_order", refund("ORD-1001", 9000)),
+    "refund_other": ("refund_order", refund("ORD-1002", 700)),
+    "refund_too_much": ("refund_order", refund("ORD-1001", 11_000)),
 }
+APPROVE = "approve the last approval asked for"
 
 
 def shop_with(counters: Any, observer: EndedCalls, **stores: Any) -> ShopApp:
@@ -84,11 +90,17 @@ def shop_with(counters: Any, observer: EndedCalls, **stores: Any) -> ShopApp:
 def run(shop: ShopApp, script: list[tuple[str, bool]]) -> list[tuple[object, ...]]:
     """Each call's answer and what the finished call says of itself."""
     session = shop.session(f"s-{uuid.uuid4().hex}", "CUS-1")
-    seen = []
+    seen, asked = [], None
     for name, next_turn in script:
         if next_turn:
             session.next_turn()
-        result = session.execute(*CALLS[name])
+        if name == APPROVE:
+            if asked is None:
+                continue
+            result = shop.guard.approve(asked, by="human")
+        else:
+            result = session.execute(*CALLS[name])
+        asked = result.approval_id or asked
         message = re.sub("apr_[0-9a-f]+", "apr_", result.message)  # approval ids are random
         seen.append((result.code, result.ok, result.outcome, message, result.replayed))
     return seen
@@ -108,22 +120,35 @@ def records(observer: EndedCalls) -> list[tuple[object, ...]]:
     ]
 
 
-SCRIPTS = st.lists(st.tuples(st.sampled_from(sorted(CALLS)), st.booleans()), max_size=20)
+SCRIPTS = st.lists(
+    st.tuples(st.sampled_from([*sorted(CALLS), APPROVE]), st.booleans()), max_size=20
+)
 """Calls of one session, each maybe after a new turn."""
 
 
+Batching = Callable[[], tuple[Any, dict[str, Any]]]
+"""Fresh stores: a counter store that batches, and the other stores beside it."""
+
+
 @pytest.fixture(params=["memory", "redis"])
-def batching(request: pytest.FixtureRequest) -> Iterator[tuple[Any, dict[str, Any]]]:
-    """A counter store that batches, and the other stores beside it."""
+def batching(request: pytest.FixtureRequest) -> Iterator[Batching]:
+    """Fresh stores per call: daily sums are the principal's, so each example needs its own."""
     if request.param == "memory":
-        yield BatchingMemoryCounters(), {}
+        yield lambda: (BatchingMemoryCounters(), {})
         return
     client: redis.Redis = request.getfixturevalue("redis_client")
-    stores = open_redis_stores(client, prefix=f"b{uuid.uuid4().hex}:")
+    opened: list[RedisStores] = []
+
+    def fresh() -> tuple[Any, dict[str, Any]]:
+        stores = open_redis_stores(client, prefix=f"b{uuid.uuid4().hex}:")
+        opened.append(stores)
+        return stores.counters, {"idempotency": stores.idempotency, "approvals": stores.approvals}
+
     try:
-        yield stores.counters, {"idempotency": stores.idempotency, "approvals": stores.approvals}
+        yield fresh
     finally:
-        stores.close()
+        for stores in opened:
+            stores.close()
 
 
 class TestSameAnswers:
@@ -134,11 +159,11 @@ class TestSameAnswers:
     )
     @given(script=SCRIPTS)
     def test_any_sequence_of_calls(
-        self, batching: tuple[Any, dict[str, Any]], script: list[tuple[str, bool]]
+        self, batching: Batching, script: list[tuple[str, bool]]
     ) -> None:
         """Reads, repeats, malformed and unknown calls, refunds, turns: answers, steps, streaks,
         stage records and side effects agree with the memory store's plain loop."""
-        counters, stores = batching
+        counters, stores = batching()
         plain_seen, batched_seen = EndedCalls(), EndedCalls()
         plain = shop_with(MemoryCounterStore(), plain_seen)
         batched = shop_with(counters, batched_seen, **stores)
@@ -147,12 +172,10 @@ class TestSameAnswers:
         assert records(batched_seen) == records(plain_seen)
         assert batched.backend.side_effects == plain.backend.side_effects
 
-    def test_a_budget_refusal_undoes_the_stages_after_it(
-        self, batching: tuple[Any, dict[str, Any]]
-    ) -> None:
+    def test_a_budget_refusal_undoes_the_stages_after_it(self, batching: Batching) -> None:
         """Over the step limit, a valid call ends at the budget: no tool, arguments or loop
         count on the record, one stage span, and the loop counter was never counted."""
-        counters, stores = batching
+        counters, stores = batching()
         seen = EndedCalls()
         shop = shop_with(counters, seen, **stores)
         session = shop.session("over", "CUS-1")
@@ -163,11 +186,11 @@ class TestSameAnswers:
         assert [s.name for s in last.stages] == ["budget"]
 
     def test_an_invalid_streak_at_its_limit_is_not_reset_by_a_valid_call(
-        self, batching: tuple[Any, dict[str, Any]]
+        self, batching: Batching
     ) -> None:
         """VALIDATION_BUDGET_EXHAUSTED on a valid call keeps the streak: the call ended at the
         budget, so its arguments, parsed ahead, do not count as a valid call."""
-        counters, stores = batching
+        counters, stores = batching()
         seen = EndedCalls()
         shop = shop_with(counters, seen, **stores)
         session = shop.session("streak", "CUS-1")

@@ -92,10 +92,12 @@ class TestRoundTrips:
         assert round_trips(events) == 1
         assert events.count("send") == 1  # one command, no mark repeated
 
-    def test_propose_and_approve_wait_ten_times(
+    def test_propose_and_approve_wait_eight_times(
         self, counted: tuple[RedisStores, list[str]]
     ) -> None:
-        """A refund proposed (6 waits) and approved (4) runs once; results and marks unawaited."""
+        """A refund proposed (4 waits: the counts and the marks the rules and policy read, the
+        claim, the pending lookup, the filing) and approved (4) runs once; results, marks and the
+        release unawaited."""
         stores, events = counted
         shop = shop_on(stores)
         session = shop.guard.session("s1", CLERK)
@@ -106,7 +108,7 @@ class TestRoundTrips:
         proposed = round_trips(events)
         events.clear()
         assert shop.guard.approve(pending.approval_id, by="alice").ok
-        assert (proposed, round_trips(events)) == (6, 4)
+        assert (proposed, round_trips(events)) == (4, 4)
         assert shop.backend.side_effects == 1
 
     def test_every_command_is_answered_before_close_returns(
