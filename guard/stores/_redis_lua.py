@@ -24,6 +24,7 @@ __all__ = [
     "ADD_WITHIN",
     "APPROVAL_CREATE",
     "APPROVAL_DECIDE",
+    "APPROVAL_FILE",
     "APPROVAL_FIND_PENDING",
     "APPROVAL_PURGE",
     "CEILINGS",
@@ -281,21 +282,52 @@ return redis.call('HGETALL', KEYS[1])
 """
 )
 
-# KEYS[1] proposal index; ARGV now, action key prefix. The newest unexpired pending action's
-# fields, or nil. Ids whose action Redis already expired are dropped from the index on the way.
-APPROVAL_FIND_PENDING = """
-local ids = redis.call('LRANGE', KEYS[1], 0, -1)
-for i = #ids, 1, -1 do
-    local key = ARGV[2] .. ids[i]
-    local f = redis.call('HMGET', key, 'state', 'expires_at')
-    if not f[1] then
-        redis.call('LREM', KEYS[1], 0, ids[i])
-    elseif f[1] == 'pending' and tonumber(f[2]) >= tonumber(ARGV[1]) then
-        return redis.call('HGETALL', key)
+# The newest unexpired pending action's key in the proposal index ``index``, or nil; ids whose
+# action Redis already expired are dropped from the index on the way.
+_PENDING = """
+local function pending(index, now, prefix)
+    local ids = redis.call('LRANGE', index, 0, -1)
+    for i = #ids, 1, -1 do
+        local key = prefix .. ids[i]
+        local f = redis.call('HMGET', key, 'state', 'expires_at')
+        if not f[1] then
+            redis.call('LREM', index, 0, ids[i])
+        elseif f[1] == 'pending' and tonumber(f[2]) >= now then
+            return key
+        end
     end
+    return nil
 end
+"""
+
+# KEYS[1] proposal index; ARGV now, action key prefix. The newest unexpired pending action's
+# fields, or nil.
+APPROVAL_FIND_PENDING = (
+    _PENDING
+    + """
+local key = pending(KEYS[1], tonumber(ARGV[1]), ARGV[2])
+if key then return redis.call('HGETALL', key) end
 return nil
 """
+)
+
+# KEYS[1] the new action, KEYS[2] its proposal index; ARGV now, action key prefix, then
+# APPROVAL_CREATE's ARGV. The pending action found (its fields), else the new one created: {} if
+# created, 0 if its id exists (``ApprovalStore.file``).
+APPROVAL_FILE = (
+    _PENDING
+    + _PURGE_AT
+    + """
+local key = pending(KEYS[2], tonumber(ARGV[1]), ARGV[2])
+if key then return redis.call('HGETALL', key) end
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], unpack(ARGV, 7))
+redis.call('RPUSH', KEYS[2], ARGV[3])
+local deadline = purge_at(KEYS[1], tonumber(ARGV[5]))
+keep_until(KEYS[1], KEYS[2], deadline, tonumber(ARGV[4]), tonumber(ARGV[6]))
+return {}
+"""
+)
 
 # KEYS the actions to check; ARGV now, retention, index key prefix. Deletes those past retention,
 # and their index entries; returns how many.

@@ -213,6 +213,11 @@ class ApprovalStore(Protocol):
     def find_pending(self, proposal_key: str, *, now: float) -> PendingAction | None:
         """An unexpired pending action for this proposal, so a repeated proposal reuses it."""
 
+    def file(self, action: PendingAction, *, now: float) -> PendingAction:
+        """``find_pending(action.proposal_key)``, else ``create(action)``, in one atomic step (one
+        round trip on Redis): the pending action found, or ``action`` once stored. Two identical
+        proposals racing therefore file one action."""
+
     def filed(self, proposal_key: str) -> list[PendingAction]:
         """Every action held under this proposal, in any state, oldest first.
 

@@ -97,6 +97,7 @@ _CEILINGS = Script("ceilings", lua.CEILINGS)
 _APPROVAL_CREATE = Script("approval_create", lua.APPROVAL_CREATE)
 _APPROVAL_DECIDE = Script("approval_decide", lua.APPROVAL_DECIDE)
 _APPROVAL_FIND_PENDING = Script("approval_find_pending", lua.APPROVAL_FIND_PENDING)
+_APPROVAL_FILE = Script("approval_file", lua.APPROVAL_FILE)
 _APPROVAL_PURGE = Script("approval_purge", lua.APPROVAL_PURGE)
 
 
@@ -335,6 +336,16 @@ class RedisApprovalStore(_RedisStore):
         keys, args = [self._index + proposal_key], [repr(now), self._keys]
         reply = self._wire.run(_APPROVAL_FIND_PENDING, keys, args)
         return None if reply is None else _approval(_from_pairs(reply))
+
+    def file(self, action: PendingAction, *, now: float) -> PendingAction:
+        keys = [self._key(action.id), self._index + action.proposal_key]
+        args = [repr(now), self._keys, action.id, repr(action.created_at), repr(self._retention)]
+        reply = self._wire.run(
+            _APPROVAL_FILE, keys, [*args, repr(self._grace), *_approval_fields(action)]
+        )
+        if reply == 0:
+            raise ValueError(f"approval id {action.id!r} already exists")
+        return _approval(_from_pairs(reply)) if reply else action
 
     def filed(self, proposal_key: str) -> list[PendingAction]:
         ids = self._wire.command("LRANGE", self._index + proposal_key, 0, -1)

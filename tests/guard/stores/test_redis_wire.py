@@ -92,11 +92,11 @@ class TestRoundTrips:
         assert round_trips(events) == 1
         assert events.count("send") == 1  # one command, no mark repeated
 
-    def test_propose_and_approve_wait_eight_times(
+    def test_propose_and_approve_wait_seven_times(
         self, counted: tuple[RedisStores, list[str]]
     ) -> None:
-        """A refund proposed (4 waits: the counts and the marks the rules and policy read, the
-        claim, the pending lookup, the filing) and approved (4) runs once; results, marks and the
+        """A refund proposed (3 waits: the counts with the marks the rules and policy read, the
+        claim, the pending action filed) and approved (4) runs once; results, marks and the
         release unawaited."""
         stores, events = counted
         shop = shop_on(stores)
@@ -108,7 +108,7 @@ class TestRoundTrips:
         proposed = round_trips(events)
         events.clear()
         assert shop.guard.approve(pending.approval_id, by="alice").ok
-        assert (proposed, round_trips(events)) == (4, 4)
+        assert (proposed, round_trips(events)) == (3, 4)
         assert shop.backend.side_effects == 1
 
     def test_every_command_is_answered_before_close_returns(
