@@ -7,7 +7,7 @@ import logging
 from collections.abc import Coroutine, Iterable, Mapping
 from typing import Any
 
-from guard.batching import BatchedStart
+from guard.batching import BatchedStart, ReadAhead
 from guard.call import Call
 from guard.clock import Clock, SystemClock
 from guard.codes import Code, DomainCode
@@ -136,6 +136,7 @@ class Guard:
         # A store that batches counts the budget's ceilings with the loop counter (one round
         # trip, guard.batching); stage events and shadow mode take the plain loop.
         self._batched: BatchedStart | None = None
+        self._ahead: ReadAhead | None = None
         if (
             getattr(counters, "batches", False)
             and not (self._stage_events or self._shadowing)
@@ -143,6 +144,9 @@ class Guard:
         ):
             self._batched = BatchedStart(
                 self.stages, counters=counters, clock=self.env.clock, failed=_stage_failed
+            )
+            self._ahead = ReadAhead(
+                self._resume_stages, counters=counters, clock=self.env.clock, failed=_stage_failed
             )
 
     @property
@@ -242,16 +246,19 @@ class Guard:
         return self._finish(call, result)
 
     def _loop_for(self, call: Call, stages: list[Stage]) -> Coroutine[Any, Any, ToolResult]:
-        start = self._batched
-        if start is None or stages is not self.stages or not start.applies(stages):
-            return self._loop(call, stages)
-        return self._loop_batched(call, stages, start)
+        start, ahead = self._batched, self._ahead
+        if start is not None and stages is self.stages and start.applies(stages):
+            return self._loop_batched(call, stages, start)
+        if ahead is not None and stages is self._resume_stages and ahead.applies(stages):
+            return self._loop_batched(call, stages, ahead)
+        return self._loop(call, stages)
 
     async def _loop_batched(
-        self, call: Call, stages: list[Stage], start: BatchedStart
+        self, call: Call, stages: list[Stage], start: BatchedStart | ReadAhead
     ) -> ToolResult:
         """The loop on a store that batches: the chain up to the idempotency stage counts the
-        budget's ceilings with the loop counter in one round trip (``guard.batching``)."""
+        budget's ceilings with the loop counter in one round trip, or (an approval) asks for
+        the marks the later stages read, to ride with the claim (``guard.batching``)."""
         result = start(call, stages)
         if result is not None:
             return result

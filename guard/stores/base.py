@@ -285,6 +285,12 @@ class CounterStore(Protocol):
         after the first whose value is over its limit: that one's effect stands, the rest are not
         touched. The values of the ceilings reached, in order."""
 
+    def ahead(self, keys: Sequence[str], *, now: float) -> dict[str, int]:
+        """The values of ``keys`` (0 if absent or expired), for reads a call makes later. A store
+        that batches fills the dict when its next command is answered (Redis: the read rides
+        unawaited with it), so a key may be missing until then: read it from the store as usual
+        (``guard.stages.base.counted`` does)."""
+
     def get(self, key: str, *, now: float) -> int:
         """The current value; 0 if absent or expired."""
 
@@ -305,9 +311,9 @@ class _Counting(Protocol):
 
 
 class OneStepCounters:
-    """``add``, ``tally`` and ``ceilings`` for a counter store whose every call is one local step
-    (memory, a SQLite file): nothing to batch or leave unawaited, so they are its ``incr`` and
-    ``get``."""
+    """``add``, ``tally``, ``ceilings`` and ``ahead`` for a counter store whose every call is one
+    local step (memory, a SQLite file): nothing to batch or leave unawaited, so they are its
+    ``incr`` and ``get``."""
 
     batches = False
 
@@ -335,3 +341,6 @@ class OneStepCounters:
             if value > ceiling.limit:
                 break
         return values
+
+    def ahead(self: _Counting, keys: Sequence[str], *, now: float) -> dict[str, int]:
+        return {key: self.get(key, now=now) for key in keys}

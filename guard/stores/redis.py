@@ -82,6 +82,9 @@ DEFAULT_PREFIX = "callgate:"
 DEFAULT_GRACE = 3600.0
 """Seconds Redis keeps a key past its deadline: generous, since the stored deadline decides."""
 
+_NEVER = 2**63 - 1
+"""The limit of a counter only read: no value is over it."""
+
 _SCAN_BATCH = 500
 """Keys per SCAN step and per purge script call."""
 
@@ -423,6 +426,19 @@ class RedisCounterStore(_RedisStore):
                 expires_at = now + ceiling.ttl
                 args += [ceiling.limit, repr(expires_at), _ttl_ms(expires_at, now, self._grace)]
         return [int(value) for value in self._wire.run(_CEILINGS, keys, args)]
+
+    def ahead(self, keys: Sequence[str], *, now: float) -> dict[str, int]:
+        found: dict[str, int] = {}
+
+        def fill(reply: list[bytes | str]) -> None:
+            found.update(zip(keys, (int(value) for value in reply), strict=True))
+
+        args: list[str | int] = [repr(now)]
+        for _ in keys:
+            args += [_NEVER, "", 0]
+        # Sent, not awaited: the reply arrives with the next command (the claim), filling found.
+        self._wire.send(_CEILINGS, [self._key(key) for key in keys], args, on_reply=fill)
+        return found
 
     def get(self, key: str, *, now: float) -> int:
         value, expires_at = self._wire.command("HMGET", self._key(key), "value", "expires_at")

@@ -277,6 +277,16 @@ class TestCeilings:
         assert [store.get(key, now=0.0) for key in reads] == [expected.get(k, 0) for k in reads]
 
 
+class TestAhead:
+    def test_values_are_there_by_the_next_store_call(self, store: CounterStore) -> None:
+        """Read ahead: each key's value (0 if absent or expired) once another call answered."""
+        store.incr("a", 3, now=0.0, ttl=TTL)
+        store.incr("old", 3, now=0.0, ttl=1.0)
+        found = store.ahead(["a", "old", "absent"], now=2.0)
+        assert store.get("a", now=2.0) == 3
+        assert found == {"a": 3, "old": 0, "absent": 0}
+
+
 class TestPurge:
     def test_purge_deletes_expired_counters(self, store: CounterStore) -> None:
         """purge removes expired counters, returns how many, and keeps live ones."""
