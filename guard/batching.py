@@ -17,6 +17,7 @@ are counted then, without the loop counter, and the budget's answer still comes 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import fields
 
@@ -27,6 +28,8 @@ from guard.stages import BudgetStage, IdempotencyStage, PolicyStage, RuleStage, 
 from guard.stores.base import Ceiling, CounterStore
 
 __all__ = ["BatchedStart", "ReadAhead"]
+
+log = logging.getLogger("guard")
 
 _FIELDS = tuple(field.name for field in fields(Call))
 
@@ -97,9 +100,12 @@ class BatchedStart:
         except BaseException:  # interrupted: the step still counts, as it had before
             self._count(call, budget, before, ceilings)
             raise
-        loop = idempotency.loop(call)
+        try:
+            loop = idempotency.loop(call)
+            reads = [Ceiling(key, _NEVER) for key in _reads(call, stages[self.at + 1 :])]
+        except Exception:  # the stage that cannot name them fails in its own place, as in _loop
+            loop, reads = None, []
         counted = ceilings if loop is None else [*ceilings, loop]
-        reads = [Ceiling(key, _NEVER) for key in _reads(call, stages[self.at + 1 :])]
         values, refused = self._count(call, budget, before, [*counted, *reads])
         if refused is not None:
             return refused
@@ -175,8 +181,15 @@ class ReadAhead:
             if result is not None:
                 assert isinstance(result, ToolResult)
                 return result
-        if keys := _reads(call, stages[self.at + 1 :]):
-            call.counts = self._counters.ahead(keys, now=call.now)
+        try:
+            keys = _reads(call, stages[self.at + 1 :])
+        except Exception:  # the stage that cannot name them fails in its own place, as in _loop
+            keys = []
+        if keys:
+            try:
+                call.counts = self._counters.ahead(keys, now=call.now)
+            except Exception:  # the stages read for themselves, and a store that fails fails there
+                log.warning("reading ahead for call %s failed", call.call_id, exc_info=True)
         return None
 
 

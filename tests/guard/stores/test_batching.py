@@ -200,3 +200,31 @@ class TestSameAnswers:
         assert shop.session("other", "CUS-1").execute(*CALLS["read"]).ok
         loop = f"loop:streak:{seen.ended[-1].fingerprint}"  # the same read, in this session
         assert counters.get(loop, now=shop.guard.env.clock.now()) == 0  # never counted
+
+
+class TestStoreFailure:
+    """A store that fails during the batched trip fails the call as the budget stage failing."""
+
+    def test_a_refused_script_is_internal_error_at_the_budget(
+        self, redis_client: redis.Redis
+    ) -> None:
+        """Redis refusing writes (maxmemory reached, noeviction): the read answers INTERNAL_ERROR,
+        recorded at the budget with nothing after it, nothing run, nothing raised."""
+        stores = open_redis_stores(redis_client)
+        seen = EndedCalls()
+        shop = shop_with(
+            stores.counters,
+            seen,
+            idempotency=stores.idempotency,
+            approvals=stores.approvals,
+        )
+        session = shop.session("full", "CUS-1")
+        redis_client.config_set("maxmemory", 1)
+        try:
+            result = session.execute(*CALLS["read"])
+        finally:
+            redis_client.config_set("maxmemory", 0)
+            stores.close()
+        assert (result.code, result.outcome) == ("INTERNAL_ERROR", "not_applied")
+        assert [s.name for s in seen.ended[-1].stages] == ["budget"]
+        assert seen.ended[-1].spec is None and shop.backend.side_effects == 0
