@@ -79,6 +79,12 @@ class Call:
     """Canonical JSON of the validated arguments: what keys, loops and approvals are computed from."""
     fingerprint: str | None = None
     """Hash of tool and canonical arguments."""
+    loop_count: int = 0
+    """The loop counter's value, when the pipeline counted it with the budget's ceilings (a store
+    that batches); 0: the idempotency stage counts it itself."""
+    counts: dict[str, int] | None = None
+    """Counter values read ahead with the loop counter (``guard.batching``): the marks the rules
+    and the policy stage will read, so they cost no round trip of their own."""
     idempotency_key: str | None = None
     claimed: bool = False
     """This call holds the idempotency claim and must complete or release it."""

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Coroutine, Iterable, Mapping
 from typing import Any
 
+from guard.batching import BatchedStart, ReadAhead
 from guard.call import Call
 from guard.clock import Clock, SystemClock
 from guard.codes import Code, DomainCode
@@ -132,6 +133,21 @@ class Guard:
         # The null observer is skipped outright: an uninstrumented guard pays nothing for observing.
         self._live = not isinstance(self.env.observer, NullObserver)
         self._stage_events = self._live and wants_stage_events(self.env.observer)
+        # A store that batches counts the budget's ceilings with the loop counter (one round
+        # trip, guard.batching); stage events and shadow mode take the plain loop.
+        self._batched: BatchedStart | None = None
+        self._ahead: ReadAhead | None = None
+        if (
+            getattr(counters, "batches", False)
+            and not (self._stage_events or self._shadowing)
+            and BatchedStart.fits(self.stages)
+        ):
+            self._batched = BatchedStart(
+                self.stages, counters=counters, clock=self.env.clock, failed=_stage_failed
+            )
+            self._ahead = ReadAhead(
+                self._resume_stages, counters=counters, clock=self.env.clock, failed=_stage_failed
+            )
 
     @property
     def observer(self) -> Observer:
@@ -207,7 +223,7 @@ class Guard:
     def _run(self, call: Call, stages: list[Stage], session: Session | None = None) -> ToolResult:
         """The loop, blocking: it never suspends, so one step runs it to the end."""
         try:
-            result = run_blocking(self._loop(call, stages))
+            result = run_blocking(self._loop_for(call, stages))
         except BaseException:
             self._interrupted(call)
             raise
@@ -221,7 +237,7 @@ class Guard:
         """The loop, awaited on the caller's event loop."""
         call.waiter = AWAITING
         try:
-            result = await self._loop(call, stages)
+            result = await self._loop_for(call, stages)
         except BaseException:  # cancelled (a client went away), or interrupted
             self._interrupted(call)
             raise
@@ -229,12 +245,33 @@ class Guard:
             result = self._bind(session, call, result)
         return self._finish(call, result)
 
-    async def _loop(self, call: Call, stages: list[Stage]) -> ToolResult:
+    def _loop_for(self, call: Call, stages: list[Stage]) -> Coroutine[Any, Any, ToolResult]:
+        start, ahead = self._batched, self._ahead
+        if start is not None and stages is self.stages and start.applies(stages):
+            return self._loop_batched(call, stages, start)
+        if ahead is not None and stages is self._resume_stages and ahead.applies(stages):
+            return self._loop_batched(call, stages, ahead)
+        return self._loop(call, stages)
+
+    async def _loop_batched(
+        self, call: Call, stages: list[Stage], start: BatchedStart | ReadAhead
+    ) -> ToolResult:
+        """The loop on a store that batches: the chain up to the idempotency stage counts the
+        budget's ceilings with the loop counter in one round trip, or (an approval) asks for
+        the marks the later stages read, to ride with the claim (``guard.batching``)."""
+        result = start(call, stages)
+        if result is not None:
+            return result
+        return await self._loop(call, stages[start.at :], marked=True)
+
+    async def _loop(self, call: Call, stages: list[Stage], *, marked: bool = False) -> ToolResult:
         """The one loop. A stage passes (None), ends the call (a result), or is awaited first
-        (execute, which waits on the world through ``call.waiter``)."""
+        (execute, which waits on the world through ``call.waiter``). ``marked``: the stages before
+        ``stages`` ran already and left their boundaries in ``call.marks``."""
         observer = self.env.observer if self._stage_events else None
         marks, time_ns = call.marks, self._time_ns
-        marks.append(time_ns())
+        if not marked:
+            marks.append(time_ns())
         for stage in stages:
             if observer is not None:
                 _notify(observer.stage_started, call, stage.name)

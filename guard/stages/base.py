@@ -19,7 +19,7 @@ from guard.result import Outcome, ToolResult
 from guard.stages.marks import RecentMarks
 from guard.stores.base import ApprovalStore, CounterStore, IdempotencyStore
 
-__all__ = ["Env", "Stage", "digest", "reject"]
+__all__ = ["Env", "Stage", "counted", "digest", "reject"]
 
 
 class Stage(Protocol):
@@ -87,3 +87,12 @@ def reject(
 def digest(*parts: str) -> str:
     """A short, collision-safe hash of ``parts`` (joined with a separator no part contains)."""
     return hashlib.blake2b("\x1f".join(parts).encode(), digest_size=16).hexdigest()
+
+
+def counted(call: Call, counters: CounterStore, key: str) -> int:
+    """A counter's value for ``call``: as read ahead with its batched trip (``call.counts``, a
+    store that batches), else from the store."""
+    ahead = call.counts
+    if ahead is not None and key in ahead:
+        return ahead[key]
+    return counters.get(key, now=call.now)

@@ -2,51 +2,74 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from guard.call import Call
 from guard.codes import Code
 from guard.result import ToolResult
 from guard.stages.base import Env, reject
+from guard.stores.base import Ceiling
 
 __all__ = ["BudgetStage"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class BudgetStage:
-    """Every call counts as a step, rejected ones too: a model that keeps failing still burns budget."""
+    """Every call counts as a step, rejected ones too: a model that keeps failing still burns budget.
+
+    Split in three so a store that batches (Redis) can count the ceilings with the loop counter in
+    one round trip (``guard.batching``): ``admit``, ``plan`` (the ceilings, nothing counted yet)
+    and ``judge`` (the answer, from their values)."""
 
     env: Env
     name: str = "budget"
 
     def __call__(self, call: Call) -> ToolResult | None:
-        policy, counters = self.env.policy, self.env.counters
-        now, ttl, sid = call.now, policy.session_ttl, call.session_id
-        steps = f"steps:{sid}"
-        if not counters.admits(steps, now=now):  # a full store refuses sessions, never forgets
-            return reject(
-                call,
-                Code.SESSION_LIMIT,
-                "The service is at capacity and cannot start this conversation's tools. Nothing "
-                "was done. Do not retry; tell the user to try again later.",
-            )
-        # The streak is read with the step count (one round trip on Redis); it is used only once
-        # the ceilings below let the call through, and reading it changes nothing.
-        call.step, streak = counters.tally([(steps, ttl)], now=now, reads=(f"invalid:{sid}",))
+        if (full := self.admit(call)) is not None:
+            return full
+        return self.judge(call, self.env.counters.ceilings(self.plan(call), now=call.now))
+
+    def admit(self, call: Call) -> ToolResult | None:
+        """SESSION_LIMIT when the store is full: new sessions are refused, never forgotten."""
+        if self.env.counters.admits(f"steps:{call.session_id}", now=call.now):
+            return None
+        return reject(
+            call,
+            Code.SESSION_LIMIT,
+            "The service is at capacity and cannot start this conversation's tools. Nothing "
+            "was done. Do not retry; tell the user to try again later.",
+        )
+
+    def plan(self, call: Call) -> list[Ceiling]:
+        """The ceilings, in the order they are judged: steps, the turn's steps, the rate window,
+        then the invalid streak (read, not counted: the pipeline counts it once the call answers).
+        Each stops the call once over its limit, so the streak's limit is one below the most
+        invalid calls in a row allowed."""
+        policy, sid = self.env.policy, call.session_id
+        ttl = policy.session_ttl
+        ceilings = [Ceiling(f"steps:{sid}", policy.max_steps_per_session, ttl)]
+        if call.turns_marked:  # a host that never marks turns gets the session ceiling only
+            ceilings.append(Ceiling(f"turn:{sid}:{call.turn}", policy.max_steps_per_turn, ttl))
+        if (rate := policy.rate_limit) is not None:
+            window = int(call.now // rate.seconds)
+            ceilings.append(Ceiling(f"rate:{sid}:{window}", rate.calls, rate.seconds * 2))
+        ceilings.append(Ceiling(f"invalid:{sid}", policy.max_invalid_in_a_row - 1))
+        return ceilings
+
+    def judge(self, call: Call, values: Sequence[int]) -> ToolResult | None:
+        """The answer from the values of ``plan``'s ceilings, which stop at the first one over."""
+        policy, counted = self.env.policy, iter(values)
+        call.step = next(counted)
         if call.step > policy.max_steps_per_session:
             return reject(call, Code.STEP_LIMIT, _STOP + " This session used all its tool calls.")
-        if call.turns_marked:  # a host that never marks turns gets the session ceiling only
-            turn_steps = counters.incr(f"turn:{sid}:{call.turn}", now=now, ttl=ttl)
-            if turn_steps > policy.max_steps_per_turn:
-                return reject(call, Code.STEP_LIMIT, _STOP + " This turn used all its tool calls.")
-        if (rate := policy.rate_limit) is not None:
-            window = int(now // rate.seconds)
-            used = counters.incr(f"rate:{sid}:{window}", now=now, ttl=rate.seconds * 2)
-            if used > rate.calls:
-                return reject(
-                    call, Code.RATE_LIMITED, "Too many tool calls too fast; wait, then retry once."
-                )
-        call.invalid_streak = streak
+        if call.turns_marked and next(counted) > policy.max_steps_per_turn:
+            return reject(call, Code.STEP_LIMIT, _STOP + " This turn used all its tool calls.")
+        if (rate := policy.rate_limit) is not None and next(counted) > rate.calls:
+            return reject(
+                call, Code.RATE_LIMITED, "Too many tool calls too fast; wait, then retry once."
+            )
+        call.invalid_streak = next(counted)
         if call.invalid_streak >= policy.max_invalid_in_a_row:
             return reject(
                 call,

@@ -98,10 +98,12 @@ class ConfirmStage:
             return reject(call, reason, f"{ask} (shadow mode: not enforced)")
         now, approvals = call.now, self.env.approvals
         key = proposal_key(call.session_id, spec.name, call.canonical)
-        action = approvals.find_pending(key, now=now)
+        new = self._action(call, key, reason, now)
+        action = approvals.file(new, now=now)  # the pending one of this proposal, else ``new``
         # One that does not verify could never run (edited, or filed under another key): file anew.
-        if action is None or not sealed(action, self.env.seal_key):
-            action = self._create(call, key, reason, now)
+        if action is not new and not sealed(action, self.env.seal_key):
+            approvals.create(new)
+            action = new
         return reject(
             call,
             reason,
@@ -111,7 +113,8 @@ class ConfirmStage:
             approval_id=action.id,
         )
 
-    def _create(self, call: Call, key: str, reason: Code, now: float) -> PendingAction:
+    def _action(self, call: Call, key: str, reason: Code, now: float) -> PendingAction:
+        """The pending action this call would file, sealed."""
         assert call.spec is not None and call.canonical is not None and call.fingerprint is not None
         action = PendingAction(
             id="apr_" + secrets.token_hex(8),
@@ -131,9 +134,7 @@ class ConfirmStage:
             warnings=json.dumps([w.to_dict() for w in call.warnings], separators=(",", ":")),
             sensitive=tuple(sorted(call.spec.sensitive_fields)),
         )
-        filed = replace(action, seal=seal(action, self.env.seal_key))
-        self.env.approvals.create(filed)
-        return filed
+        return replace(action, seal=seal(action, self.env.seal_key))
 
     def _decided(self, call: Call, action: PendingAction) -> ToolResult | None:
         if action.state is ApprovalState.DENIED:

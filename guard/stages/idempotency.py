@@ -13,7 +13,7 @@ from guard.registry import ToolContext
 from guard.result import Advisory, Outcome, ToolResult
 from guard.session import Principal
 from guard.stages.base import Env, digest, reject
-from guard.stores.base import ClaimState
+from guard.stores.base import Ceiling, ClaimState
 
 __all__ = [
     "IdempotencyStage",
@@ -75,12 +75,14 @@ class IdempotencyStage:
     def __call__(self, call: Call) -> ToolResult | None:
         assert call.spec is not None and call.canonical is not None  # schema ran
         spec, env, now = call.spec, self.env, call.now
-        call.fingerprint = digest(spec.name, call.canonical)
-        if call.approval is None:
-            seen = env.counters.incr(
-                f"loop:{call.session_id}:{call.fingerprint}", now=now, ttl=env.policy.session_ttl
+        loop, fingerprint = self.loop(call), call.fingerprint
+        assert fingerprint is not None  # set by loop
+        if loop is not None:
+            # Counted already when the pipeline batched it with the budget's ceilings (Redis).
+            seen = call.loop_count or env.counters.incr(
+                loop.key, now=now, ttl=env.policy.session_ttl
             )
-            if seen > env.policy.max_identical_calls:
+            if seen > loop.limit:
                 return reject(
                     call,
                     Code.LOOP_DETECTED,
@@ -97,7 +99,7 @@ class IdempotencyStage:
         lock = lock_key(actor(call.principal, call.session_id), spec.name, subject)
         claim = env.idempotency.claim(
             call.idempotency_key,
-            call.fingerprint,
+            fingerprint,
             now=now,
             lease=env.policy.claim_lease,
             take_stale=spec.idempotent_backend,
@@ -109,7 +111,7 @@ class IdempotencyStage:
                 call.idempotency_key = claim.holder
                 claim = env.idempotency.claim(
                     claim.holder,
-                    call.fingerprint,
+                    fingerprint,
                     now=now,
                     lease=env.policy.claim_lease,
                     take_stale=True,
@@ -137,6 +139,17 @@ class IdempotencyStage:
             Code.IDEMPOTENCY_CONFLICT,
             "This action was already recorded with different arguments. Do not retry it.",
         )
+
+    def loop(self, call: Call) -> Ceiling | None:
+        """The call's fingerprint, set on it, and the loop counter it counts itself on; None for
+        an approved action (the human approved this one run, however often it was proposed)."""
+        assert call.spec is not None and call.canonical is not None  # schema ran
+        call.fingerprint = digest(call.spec.name, call.canonical)
+        if call.approval is not None:
+            return None
+        policy = self.env.policy
+        key = f"loop:{call.session_id}:{call.fingerprint}"
+        return Ceiling(key, policy.max_identical_calls, policy.session_ttl)
 
     def _settle(self, call: Call, saved: str | None = None) -> ToolResult | None:
         """The earlier outcome was unknown: ask the tool's status check, and record what it says

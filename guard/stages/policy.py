@@ -10,11 +10,11 @@ from pydantic import BaseModel
 
 from guard.call import Call, Reservation
 from guard.codes import Code
-from guard.policy import TaintMode
+from guard.policy import AmountLimit, TaintMode
 from guard.provenance import ProvenanceHit
 from guard.registry import Risk
 from guard.result import ToolResult
-from guard.stages.base import Env, reject
+from guard.stages.base import Env, counted, reject
 from guard.stages.rules import check_context
 
 __all__ = ["PolicyStage", "day_key", "sink_values", "taint_key"]
@@ -56,9 +56,9 @@ class PolicyStage:
                     "split it into smaller calls; offer the user a human agent.",
                 )
             if limit.per_day is not None:
-                group = getattr(arguments, limit.group_by) if limit.group_by else "-"
+                group = _group(limit, arguments)
                 key = day_key(call.principal.id, spec.name, limit.field, group, int(now // DAY))
-                if env.counters.get(key, now=now) + value > limit.per_day:
+                if counted(call, env.counters, key) + value > limit.per_day:
                     return reject(
                         call,
                         Code.POLICY_LIMIT,
@@ -78,10 +78,25 @@ class PolicyStage:
             and call.approval is None
             and call.needs_human is None
             and env.policy.taint_requires_confirmation
-            and env.counters.get(taint_key(call.session_id), now=now) > 0
+            and counted(call, env.counters, taint_key(call.session_id)) > 0
         ):
             self._ask(call, self._taint_gate(call))
         return None
+
+    def reads(self, call: Call) -> list[str]:
+        """The daily sums and the taint mark this stage may read, for a store that batches to
+        read ahead (``guard.batching``)."""
+        spec, arguments, policy = call.spec, call.arguments, self.env.policy
+        assert spec is not None and arguments is not None
+        role, day = policy.role(call.principal.role), int(call.now // DAY)
+        keys = [
+            day_key(call.principal.id, spec.name, limit.field, _group(limit, arguments), day)
+            for limit in (role.limits if role else ())
+            if limit.tool == spec.name and limit.per_day is not None
+        ]
+        if spec.gated_by_taint and call.approval is None and policy.taint_requires_confirmation:
+            keys.append(taint_key(call.session_id))
+        return keys
 
     def _ask(self, call: Call, code: Code | None) -> None:
         if call.approval is None and call.needs_human is None:  # one reason, one approval
@@ -103,6 +118,11 @@ class PolicyStage:
             call.provenance = ProvenanceHit(field=where, value=found.value, source=found.untrusted)
             return Code.UNTRUSTED_VALUE
         return None
+
+
+def _group(limit: AmountLimit, arguments: BaseModel) -> object:
+    """What a daily limit sums apart (a currency): the argument it names, else one group."""
+    return getattr(arguments, limit.group_by) if limit.group_by else "-"
 
 
 def sink_values(arguments: BaseModel, fields: tuple[str, ...]) -> Iterator[tuple[str, object]]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,7 +15,7 @@ from guard.provenance import Provenance
 from guard.refusals import as_refusal
 from guard.registry import AnyOf, CheckContext, Requirement, SeenIn, ToolSpec
 from guard.result import Problem, ToolResult
-from guard.stages.base import Env, reject
+from guard.stages.base import Env, counted, reject
 
 __all__ = [
     "RuleStage",
@@ -105,15 +106,20 @@ class RuleStage:
             return _ask_human(call, *context.human)
         return None
 
+    def reads(self, call: Call) -> list[str]:
+        """Every mark the prerequisites may read, for a store that batches to read ahead."""
+        assert call.spec is not None
+        return [key for need in call.spec.requirements for key in _marks(call, need)]
+
     def _missing(self, call: Call, spec: ToolSpec, need: Requirement) -> ToolResult | None:
-        counters, now, sid = self.env.counters, call.now, call.session_id
+        counters, sid = self.env.counters, call.session_id
         if isinstance(need, AnyOf):
             return self._none_of(call, spec, need)
         if isinstance(need, SeenIn):
             return self._unseen(call, spec, need)
         tools = need.tools
         if need.field is None:
-            if any(counters.get(ran_key(sid, name), now=now) for name in tools):
+            if any(counted(call, counters, ran_key(sid, name)) for name in tools):
                 return None
             return reject(
                 call,
@@ -122,7 +128,7 @@ class RuleStage:
                 data={"call_first": list(tools)},
             )
         record = getattr(call.arguments, need.field)
-        if any(counters.get(seen_key(sid, name, record), now=now) for name in tools):
+        if any(counted(call, counters, seen_key(sid, name, record)) for name in tools):
             return None
         return reject(
             call,
@@ -154,7 +160,7 @@ class RuleStage:
         )
 
     def _unseen(self, call: Call, spec: ToolSpec, need: SeenIn) -> ToolResult | None:
-        counters, now, sid = self.env.counters, call.now, call.session_id
+        counters, sid = self.env.counters, call.session_id
         value = getattr(call.arguments, need.field)
         items = list(enumerate(value)) if isinstance(value, list | tuple) else [(None, value)]
         problems = [
@@ -166,7 +172,7 @@ class RuleStage:
             )
             for index, item in items
             if not any(
-                counters.get(value_key(sid, name, path, item), now=now)
+                counted(call, counters, value_key(sid, name, path, item))
                 for name in need.tools
                 for path in need.paths
             )
@@ -181,6 +187,24 @@ class RuleStage:
             f"the {need.field} it returns, then call {spec.name} again; do not guess ids.",
             data={"problems": [p.to_dict() for p in problems], "call_first": list(need.tools)},
         )
+
+
+def _marks(call: Call, need: Requirement) -> Iterator[str]:
+    """The marks ``RuleStage._missing`` may read for ``need``: the keys it derives, all options."""
+    sid = call.session_id
+    if isinstance(need, AnyOf):
+        for option in need.options:
+            yield from _marks(call, option)
+    elif isinstance(need, SeenIn):
+        value = getattr(call.arguments, need.field)
+        for item in value if isinstance(value, list | tuple) else [value]:
+            for name in need.tools:
+                yield from (value_key(sid, name, path, item) for path in need.paths)
+    elif need.field is None:
+        yield from (ran_key(sid, name) for name in need.tools)
+    else:
+        record = getattr(call.arguments, need.field)
+        yield from (seen_key(sid, name, record) for name in need.tools)
 
 
 def check_context(call: Call, env: Env) -> CheckContext[Any]:

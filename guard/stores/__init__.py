@@ -8,6 +8,7 @@ without the optional ``redis`` package.
 from guard.stores.base import (
     ApprovalState,
     ApprovalStore,
+    Ceiling,
     Claim,
     ClaimState,
     CounterStore,
@@ -30,6 +31,7 @@ from guard.stores.sqlite import (
 __all__ = [
     "ApprovalState",
     "ApprovalStore",
+    "Ceiling",
     "Claim",
     "ClaimState",
     "CounterStore",

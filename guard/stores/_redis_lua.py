@@ -25,8 +25,10 @@ __all__ = [
     "ADD_WITHIN",
     "APPROVAL_CREATE",
     "APPROVAL_DECIDE",
+    "APPROVAL_FILE",
     "APPROVAL_FIND_PENDING",
     "APPROVAL_PURGE",
+    "CEILINGS",
     "CLAIM",
     "COMPLETE",
     "DEADLINE_PURGE",
@@ -203,6 +205,31 @@ return out
 """
 )
 
+# KEYS the counters, in order; ARGV now, then limit, expires_at and ttl_ms per counter (expires_at
+# '' for a counter only read). Counts (adds 1 to) or reads each, stopping after the first whose
+# value is over its limit (``CounterStore.ceilings``). Returns the values reached, as text.
+CEILINGS = (
+    _BUMP
+    + """
+local now = tonumber(ARGV[1])
+local out = {}
+for i = 1, #KEYS do
+    local at = 3 * i - 1
+    local value
+    if ARGV[at + 1] == '' then
+        local rec = redis.call('HMGET', KEYS[i], 'value', 'expires_at')
+        value = '0'
+        if rec[1] and rec[2] and tonumber(rec[2]) >= now then value = rec[1] end
+    else
+        value = bump(KEYS[i], 1, now, ARGV[at + 1], ARGV[at + 2])
+    end
+    out[i] = value
+    if tonumber(value) > tonumber(ARGV[at]) then break end
+end
+return out
+"""
+)
+
 # KEYS[1] counter; ARGV amount, limit, now, expires_at, ttl_ms. Returns 1 if added, else 0;
 # a refusal leaves value and expiry untouched.
 ADD_WITHIN = """
@@ -268,21 +295,52 @@ return redis.call('HGETALL', KEYS[1])
 """
 )
 
-# KEYS[1] proposal index; ARGV now, action key prefix. The newest unexpired pending action's
-# fields, or nil. Ids whose action Redis already expired are dropped from the index on the way.
-APPROVAL_FIND_PENDING = """
-local ids = redis.call('LRANGE', KEYS[1], 0, -1)
-for i = #ids, 1, -1 do
-    local key = ARGV[2] .. ids[i]
-    local f = redis.call('HMGET', key, 'state', 'expires_at')
-    if not f[1] then
-        redis.call('LREM', KEYS[1], 0, ids[i])
-    elseif f[1] == 'pending' and tonumber(f[2]) >= tonumber(ARGV[1]) then
-        return redis.call('HGETALL', key)
+# The newest unexpired pending action's key in the proposal index ``index``, or nil; ids whose
+# action Redis already expired are dropped from the index on the way.
+_PENDING = """
+local function pending(index, now, prefix)
+    local ids = redis.call('LRANGE', index, 0, -1)
+    for i = #ids, 1, -1 do
+        local key = prefix .. ids[i]
+        local f = redis.call('HMGET', key, 'state', 'expires_at')
+        if not f[1] then
+            redis.call('LREM', index, 0, ids[i])
+        elseif f[1] == 'pending' and tonumber(f[2]) >= now then
+            return key
+        end
     end
+    return nil
 end
+"""
+
+# KEYS[1] proposal index; ARGV now, action key prefix. The newest unexpired pending action's
+# fields, or nil.
+APPROVAL_FIND_PENDING = (
+    _PENDING
+    + """
+local key = pending(KEYS[1], tonumber(ARGV[1]), ARGV[2])
+if key then return redis.call('HGETALL', key) end
 return nil
 """
+)
+
+# KEYS[1] the new action, KEYS[2] its proposal index; ARGV now, action key prefix, then
+# APPROVAL_CREATE's ARGV. The pending action found (its fields), else the new one created: {} if
+# created, 0 if its id exists (``ApprovalStore.file``).
+APPROVAL_FILE = (
+    _PENDING
+    + _PURGE_AT
+    + """
+local key = pending(KEYS[2], tonumber(ARGV[1]), ARGV[2])
+if key then return redis.call('HGETALL', key) end
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], unpack(ARGV, 7))
+redis.call('RPUSH', KEYS[2], ARGV[3])
+local deadline = purge_at(KEYS[1], tonumber(ARGV[5]))
+keep_until(KEYS[1], KEYS[2], deadline, tonumber(ARGV[4]), tonumber(ARGV[6]))
+return {}
+"""
+)
 
 # KEYS the actions to check; ARGV now, retention, index key prefix. Deletes those past retention,
 # and their index entries; returns how many.

@@ -28,7 +28,7 @@ import logging
 import os
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
@@ -77,8 +77,8 @@ class _Link:
 
     def __init__(self, conn: _Connection) -> None:
         self.conn = conn
-        self.owed: list[str] = []
-        """The script each reply not yet read answers, for the log."""
+        self.owed: list[tuple[str, Callable[[Any], None] | None]] = []
+        """The script each reply not yet read answers, for the log, and who wants the reply."""
         self.pid = os.getpid()
 
 
@@ -123,8 +123,15 @@ class RedisWire:
             raise reply
         return reply
 
-    def send(self, script: Script, keys: Sequence[str], args: Sequence[Arg]) -> None:
-        """Send ``script`` without waiting: its reply is read with the next command's."""
+    def send(
+        self,
+        script: Script,
+        keys: Sequence[str],
+        args: Sequence[Arg],
+        on_reply: Callable[[Any], None] | None = None,
+    ) -> None:
+        """Send ``script`` without waiting: its reply is read with the next command's (and handed
+        to ``on_reply``, if given and not an error)."""
         link = self._link()
         try:
             packed = link.conn.pack_command("EVAL", script.body, len(keys), *keys, *args)
@@ -132,7 +139,7 @@ class RedisWire:
         except (redis.ConnectionError, redis.TimeoutError):
             self._drop(link)
             raise
-        link.owed.append(script.name)
+        link.owed.append((script.name, on_reply))
 
     def settle(self) -> None:
         """Read every reply this thread's connection owes, so what was sent is applied."""
@@ -189,13 +196,15 @@ class RedisWire:
     @staticmethod
     def _read_owed(link: _Link) -> None:
         while link.owed:
-            what = link.owed.pop(0)
+            what, on_reply = link.owed.pop(0)
             try:
-                link.conn.read_response()
+                reply = link.conn.read_response()
+                if on_reply is not None:
+                    on_reply(reply)
             except redis.ResponseError as error:
                 # Only writes whose failure is safe are sent unawaited (see the module docstring):
                 # the call that made it has returned, so the log is where it can be seen.
-                log.error("a Redis write sent earlier failed (%s): %s", what, error)
+                log.error("a Redis command sent earlier failed (%s): %s", what, error)
 
     def _drop(self, link: _Link) -> None:
         """A connection that failed mid-exchange: its owed replies are lost with it."""

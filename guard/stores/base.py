@@ -16,6 +16,7 @@ __all__ = [
     "PENDING_ACTION_FIELDS",
     "ApprovalState",
     "ApprovalStore",
+    "Ceiling",
     "Claim",
     "ClaimState",
     "CounterStore",
@@ -212,6 +213,11 @@ class ApprovalStore(Protocol):
     def find_pending(self, proposal_key: str, *, now: float) -> PendingAction | None:
         """An unexpired pending action for this proposal, so a repeated proposal reuses it."""
 
+    def file(self, action: PendingAction, *, now: float) -> PendingAction:
+        """``find_pending(action.proposal_key)``, else ``create(action)``, in one atomic step (one
+        round trip on Redis): the pending action found, or ``action`` once stored. Two identical
+        proposals racing therefore file one action."""
+
     def filed(self, proposal_key: str) -> list[PendingAction]:
         """Every action held under this proposal, in any state, oldest first.
 
@@ -231,8 +237,25 @@ class ApprovalStore(Protocol):
         """Delete actions decided or expired long ago; returns how many."""
 
 
+@dataclass(frozen=True, slots=True)
+class Ceiling:
+    """A counter a call counts itself on (``ttl`` set) or only reads (``ttl`` None), and the value
+    over which it must stop: the budget's steps, turns, rate and invalid streak, the loop counter."""
+
+    key: str
+    limit: int
+    """The call stops once the counter's value is over this."""
+    ttl: float | None = None
+    """Add 1 with this expiry; None: read the value (0 if absent or expired), change nothing."""
+
+
 class CounterStore(Protocol):
     """Integer counters with expiry: steps, rate windows, loops, streaks, daily sums, session marks."""
+
+    batches: bool
+    """True when every call waits on a server (Redis): the pipeline then gathers the budget's
+    ceilings with the loop counter, so a call's counts cost one wait (``Guard``). False for a
+    store whose calls are local steps: batching would only cost work."""
 
     def admits(self, key: str, *, now: float) -> bool:
         """Whether ``key`` exists, or a new key fits below the store's admission limit.
@@ -257,6 +280,17 @@ class CounterStore(Protocol):
         """Add 1 to each ``(key, ttl)`` of ``incrs``, then read each key of ``reads``, in one step
         (one round trip on Redis): the new values, then the values read, in that order."""
 
+    def ceilings(self, ceilings: Sequence[Ceiling], *, now: float) -> list[int]:
+        """Count or read each ceiling in order, in one step (one round trip on Redis), stopping
+        after the first whose value is over its limit: that one's effect stands, the rest are not
+        touched. The values of the ceilings reached, in order."""
+
+    def ahead(self, keys: Sequence[str], *, now: float) -> dict[str, int]:
+        """The values of ``keys`` (0 if absent or expired), for reads a call makes later. A store
+        that batches fills the dict when its next command is answered (Redis: the read rides
+        unawaited with it), so a key may be missing until then: read it from the store as usual
+        (``guard.stages.base.counted`` does)."""
+
     def get(self, key: str, *, now: float) -> int:
         """The current value; 0 if absent or expired."""
 
@@ -277,8 +311,11 @@ class _Counting(Protocol):
 
 
 class OneStepCounters:
-    """``add`` and ``tally`` for a counter store whose every call is one local step (memory, a
-    SQLite file): nothing to batch or leave unawaited, so they are its ``incr`` and ``get``."""
+    """``add``, ``tally``, ``ceilings`` and ``ahead`` for a counter store whose every call is one
+    local step (memory, a SQLite file): nothing to batch or leave unawaited, so they are its
+    ``incr`` and ``get``."""
+
+    batches = False
 
     def add(self: _Counting, key: str, amount: int = 1, *, now: float, ttl: float) -> None:
         self.incr(key, amount, now=now, ttl=ttl)
@@ -292,3 +329,18 @@ class OneStepCounters:
     ) -> list[int]:
         values = [self.incr(key, now=now, ttl=ttl) for key, ttl in incrs]
         return values + [self.get(key, now=now) for key in reads]
+
+    def ceilings(self: _Counting, ceilings: Sequence[Ceiling], *, now: float) -> list[int]:
+        values: list[int] = []
+        for ceiling in ceilings:
+            if ceiling.ttl is None:
+                value = self.get(ceiling.key, now=now)
+            else:
+                value = self.incr(ceiling.key, now=now, ttl=ceiling.ttl)
+            values.append(value)
+            if value > ceiling.limit:
+                break
+        return values
+
+    def ahead(self: _Counting, keys: Sequence[str], *, now: float) -> dict[str, int]:
+        return {key: self.get(key, now=now) for key in keys}

@@ -366,16 +366,15 @@ class MemoryApprovalStore(_ExpiringMap[_Held]):
 
     def create(self, action: PendingAction) -> None:
         with self._lock:
-            self._tick(action.created_at)
-            if action.id in self._entries:
-                raise ValueError(f"approval id {action.id!r} already exists")
-            purge_at = approval_purge_at(
-                expires_at=action.expires_at,
-                decided_at=action.decided_at,
-                retention=self._retention,
-            )
-            self._put(action.id, _Held(action, purge_at), action.created_at)
-            self._by_proposal.setdefault(action.proposal_key, []).append(action.id)
+            self._create(action)
+
+    def file(self, action: PendingAction, *, now: float) -> PendingAction:
+        with self._lock:
+            found = self._pending(action.proposal_key, now)
+            if found is not None:
+                return found
+            self._create(action)
+            return action
 
     def get(self, approval_id: str) -> PendingAction | None:
         with self._lock:
@@ -388,11 +387,7 @@ class MemoryApprovalStore(_ExpiringMap[_Held]):
 
     def find_pending(self, proposal_key: str, *, now: float) -> PendingAction | None:
         with self._lock:
-            for approval_id in reversed(self._by_proposal.get(proposal_key, ())):
-                action = self._entries[approval_id].action
-                if action.state is ApprovalState.PENDING and not action.expires_at < now:
-                    return action
-            return None
+            return self._pending(proposal_key, now)
 
     def filed(self, proposal_key: str) -> list[PendingAction]:
         with self._lock:
@@ -419,6 +414,25 @@ class MemoryApprovalStore(_ExpiringMap[_Held]):
 
     def purge(self, now: float) -> int:
         return self._purge(now)
+
+    def _create(self, action: PendingAction) -> None:
+        self._tick(action.created_at)
+        if action.id in self._entries:
+            raise ValueError(f"approval id {action.id!r} already exists")
+        purge_at = approval_purge_at(
+            expires_at=action.expires_at,
+            decided_at=action.decided_at,
+            retention=self._retention,
+        )
+        self._put(action.id, _Held(action, purge_at), action.created_at)
+        self._by_proposal.setdefault(action.proposal_key, []).append(action.id)
+
+    def _pending(self, proposal_key: str, now: float) -> PendingAction | None:
+        for approval_id in reversed(self._by_proposal.get(proposal_key, ())):
+            action = self._entries[approval_id].action
+            if action.state is ApprovalState.PENDING and not action.expires_at < now:
+                return action
+        return None
 
     def _delete(self, key: str, entry: _Held) -> None:
         super()._delete(key, entry)

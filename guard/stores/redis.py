@@ -55,6 +55,7 @@ from guard.stores.base import (
     PENDING_ACTION_FIELDS,
     ApprovalState,
     ApprovalStore,
+    Ceiling,
     Claim,
     ClaimState,
     CounterStore,
@@ -81,6 +82,9 @@ DEFAULT_PREFIX = "callgate:"
 DEFAULT_GRACE = 3600.0
 """Seconds Redis keeps a key past its deadline: generous, since the stored deadline decides."""
 
+_NEVER = 2**63 - 1
+"""The limit of a counter only read: no value is over it."""
+
 _SCAN_BATCH = 500
 """Keys per SCAN step and per purge script call."""
 
@@ -92,9 +96,11 @@ _INCR = Script("incr", lua.INCR)
 _ADD_WITHIN = Script("add_within", lua.ADD_WITHIN)
 _RESET = Script("reset", lua.RESET)
 _TALLY = Script("tally", lua.TALLY)
+_CEILINGS = Script("ceilings", lua.CEILINGS)
 _APPROVAL_CREATE = Script("approval_create", lua.APPROVAL_CREATE)
 _APPROVAL_DECIDE = Script("approval_decide", lua.APPROVAL_DECIDE)
 _APPROVAL_FIND_PENDING = Script("approval_find_pending", lua.APPROVAL_FIND_PENDING)
+_APPROVAL_FILE = Script("approval_file", lua.APPROVAL_FILE)
 _APPROVAL_PURGE = Script("approval_purge", lua.APPROVAL_PURGE)
 
 
@@ -334,6 +340,16 @@ class RedisApprovalStore(_RedisStore):
         reply = self._wire.run(_APPROVAL_FIND_PENDING, keys, args)
         return None if reply is None else _approval(_from_pairs(reply))
 
+    def file(self, action: PendingAction, *, now: float) -> PendingAction:
+        keys = [self._key(action.id), self._index + action.proposal_key]
+        args = [repr(now), self._keys, action.id, repr(action.created_at), repr(self._retention)]
+        reply = self._wire.run(
+            _APPROVAL_FILE, keys, [*args, repr(self._grace), *_approval_fields(action)]
+        )
+        if reply == 0:
+            raise ValueError(f"approval id {action.id!r} already exists")
+        return _approval(_from_pairs(reply)) if reply else action
+
     def filed(self, proposal_key: str) -> list[PendingAction]:
         ids = self._wire.command("LRANGE", self._index + proposal_key, 0, -1)
         found = []
@@ -367,6 +383,7 @@ class RedisCounterStore(_RedisStore):
     """Counters as hashes; every update is one script, so no increment is lost across hosts."""
 
     _NAMESPACE = "counter"
+    batches = True
 
     def __init__(
         self, client: redis.Redis, *, prefix: str = DEFAULT_PREFIX, grace: float = DEFAULT_GRACE
@@ -398,6 +415,30 @@ class RedisCounterStore(_RedisStore):
             expires_at = now + ttl
             args += [1, repr(expires_at), _ttl_ms(expires_at, now, self._grace)]
         return [int(value) for value in self._wire.run(_TALLY, keys, args)]
+
+    def ceilings(self, ceilings: Sequence[Ceiling], *, now: float) -> list[int]:
+        keys = [self._key(ceiling.key) for ceiling in ceilings]
+        args: list[str | int] = [repr(now)]
+        for ceiling in ceilings:
+            if ceiling.ttl is None:
+                args += [ceiling.limit, "", 0]
+            else:
+                expires_at = now + ceiling.ttl
+                args += [ceiling.limit, repr(expires_at), _ttl_ms(expires_at, now, self._grace)]
+        return [int(value) for value in self._wire.run(_CEILINGS, keys, args)]
+
+    def ahead(self, keys: Sequence[str], *, now: float) -> dict[str, int]:
+        found: dict[str, int] = {}
+
+        def fill(reply: list[bytes | str]) -> None:
+            found.update(zip(keys, (int(value) for value in reply), strict=True))
+
+        args: list[str | int] = [repr(now)]
+        for _ in keys:
+            args += [_NEVER, "", 0]
+        # Sent, not awaited: the reply arrives with the next command (the claim), filling found.
+        self._wire.send(_CEILINGS, [self._key(key) for key in keys], args, on_reply=fill)
+        return found
 
     def get(self, key: str, *, now: float) -> int:
         value, expires_at = self._wire.command("HMGET", self._key(key), "value", "expires_at")

@@ -415,6 +415,18 @@ class SQLiteApprovalStore(SQLiteStoreBase):
         row = self._conn().execute(_FIND_PENDING, params).fetchone()
         return None if row is None else _approval(row)
 
+    def file(self, action: PendingAction, *, now: float) -> PendingAction:
+        params = {"proposal_key": action.proposal_key, "now": now}
+        with self._immediate() as conn:
+            row = conn.execute(_FIND_PENDING, params).fetchone()
+            if row is not None:
+                return _approval(row)
+            try:
+                conn.execute(_INSERT_APPROVAL, _approval_params(action))
+            except sqlite3.IntegrityError as err:
+                raise ValueError(f"approval id {action.id!r} already exists") from err
+        return action
+
     def filed(self, proposal_key: str) -> list[PendingAction]:
         rows = self._conn().execute(_FILED, {"proposal_key": proposal_key}).fetchall()
         return [_approval(row) for row in rows]

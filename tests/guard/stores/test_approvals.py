@@ -126,6 +126,41 @@ class TestFindPending:
         assert found is not None and found.id == "apr_2"
 
 
+class TestFile:
+    def test_files_the_action_when_none_is_pending(self, store: ApprovalStore) -> None:
+        """No pending action for the proposal: the given one is stored and returned."""
+        assert store.file(action(), now=0.0) == action()
+        assert store.get("apr_1") == action() and store.filed("prop1") == [action()]
+
+    def test_finds_the_pending_one_and_stores_nothing(self, store: ApprovalStore) -> None:
+        """A repeated proposal gets the action already waiting; the new one is not kept."""
+        store.create(action())
+        assert store.file(action(id="apr_2", created_at=5.0), now=5.0) == action()
+        assert store.get("apr_2") is None and store.ids() == ["apr_1"]
+
+    def test_a_decided_or_expired_one_is_filed_anew(self, store: ApprovalStore) -> None:
+        """Only an unexpired pending action is found: otherwise the new one is filed."""
+        store.create(action())
+        store.create(action(id="apr_old", proposal_key="prop2", expires_at=1.0))
+        store.decide("apr_1", approve=False, by="alice", now=1.0)
+        fresh = action(id="apr_2", created_at=2.0, expires_at=902.0)
+        assert store.file(fresh, now=2.0) == fresh
+        late = action(id="apr_3", proposal_key="prop2", created_at=2.0, expires_at=902.0)
+        assert store.file(late, now=2.0) == late
+        assert [a.id for a in store.filed("prop1")] == ["apr_1", "apr_2"]
+
+    def test_an_existing_id_is_refused(self, store: ApprovalStore) -> None:
+        """Filing under an id the store holds (another proposal's) raises, as create does."""
+        store.create(action(proposal_key="other"))
+        with pytest.raises(ValueError, match="already exists"):
+            store.file(action(), now=0.0)
+
+    def test_racing_identical_proposals_file_one_action(self, store: ApprovalStore) -> None:
+        """Threads filing the same proposal at once all get one action, and one is stored."""
+        got = run_together(8, lambda i: store.file(action(id=f"apr_{i}"), now=0.0))
+        assert len({found.id for found in got}) == 1 and len(store.ids()) == 1
+
+
 class TestDecide:
     def test_approve_records_who_and_when(self, store: ApprovalStore) -> None:
         """Approving moves PENDING to APPROVED with the approver and time, and persists it."""

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from guard.stores import CounterStore, MemoryCounterStore, SQLiteCounterStore
+from guard.stores import Ceiling, CounterStore, MemoryCounterStore, SQLiteCounterStore
 from guard.stores.redis import RedisCounterStore
 from tests.guard.stores.threads import run_together
 
@@ -206,6 +206,85 @@ class TestTally:
                 assert store.tally([(key, TTL)], now=0.0, reads=(other,)) == [expected[key], 0]
         reads = tuple(prefix + name for name in "xyz")
         assert store.tally([], now=0.0, reads=reads) == [expected.get(key, 0) for key in reads]
+
+
+class TestCeilings:
+    def test_counts_and_reads_in_order(self, store: CounterStore) -> None:
+        """Counted ceilings add 1, read ones change nothing; every value comes back in order."""
+        store.incr("read", 4, now=0.0, ttl=TTL)
+        ceilings = [Ceiling("a", 10, TTL), Ceiling("read", 10), Ceiling("absent", 10)]
+        assert store.ceilings(ceilings, now=1.0) == [1, 4, 0]
+        assert store.ceilings(ceilings, now=1.0) == [2, 4, 0]
+        assert store.get("read", now=1.0) == 4 and store.get("absent", now=1.0) == 0
+
+    def test_stops_after_the_first_over_its_limit(self, store: CounterStore) -> None:
+        """The counter over its limit keeps its count; the ceilings after it are not touched."""
+        store.incr("full", 3, now=0.0, ttl=TTL)
+        ceilings = [Ceiling("first", 9, TTL), Ceiling("full", 3, TTL), Ceiling("after", 9, TTL)]
+        assert store.ceilings(ceilings, now=0.0) == [1, 4]
+        assert [store.get(k, now=0.0) for k in ("first", "full", "after")] == [1, 4, 0]
+        assert store.ceilings([Ceiling("full", 3), Ceiling("after", 9, TTL)], now=0.0) == [4]
+
+    def test_a_value_at_its_limit_goes_on(self, store: CounterStore) -> None:
+        """Only a value over the limit stops: at the limit, the next ceiling is reached."""
+        assert store.ceilings([Ceiling("x", 1, TTL), Ceiling("y", 0, TTL)], now=0.0) == [1, 1]
+        assert store.ceilings([Ceiling("none", -1), Ceiling("y", 9, TTL)], now=0.0) == [0]
+
+    def test_expired_counters_restart_and_read_as_zero(self, store: CounterStore) -> None:
+        """An expired counter counts from zero with the ceiling's ttl, and reads as 0."""
+        store.incr("old", 5, now=0.0, ttl=1.0)
+        store.incr("gone", 5, now=0.0, ttl=1.0)
+        assert store.ceilings([Ceiling("old", 9, 10.0), Ceiling("gone", 9)], now=2.0) == [1, 0]
+        assert (store.get("old", now=12.0), store.get("old", now=12.5)) == (1, 0)
+
+    def test_keeps_64_bit_values_exact(self, store: CounterStore) -> None:
+        """A value past 2**53 (where Lua's doubles round) comes back exactly."""
+        big = 2**62 + 1
+        store.incr("big", big, now=0.0, ttl=TTL)
+        assert store.ceilings([Ceiling("big", 2**63 - 1)], now=0.0) == [big]
+        assert store.ceilings([Ceiling("big", 2**63 - 1, TTL)], now=0.0) == [big + 1]
+
+    @settings(
+        max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    )
+    @given(
+        rounds=st.lists(
+            st.lists(
+                st.tuples(st.sampled_from("xyz"), st.integers(-1, 4), st.booleans()),
+                max_size=4,
+            ),
+            max_size=6,
+        )
+    )
+    def test_any_sequence_agrees_with_incr_and_get(
+        self, store: CounterStore, rounds: list[list[tuple[str, int, bool]]]
+    ) -> None:
+        """Random ceilings leave, and answer, what incr and get one by one predict."""
+        prefix = f"ceil{uuid.uuid4().hex}:"  # the store outlives each example
+        expected: dict[str, int] = {}
+        for ceilings in rounds:
+            values: list[int] = []
+            for name, limit, counted in ceilings:
+                key = prefix + name
+                if counted:
+                    expected[key] = expected.get(key, 0) + 1
+                values.append(expected.get(key, 0))
+                if values[-1] > limit:
+                    break
+            asked = [Ceiling(prefix + n, limit, TTL if c else None) for n, limit, c in ceilings]
+            assert store.ceilings(asked, now=0.0) == values
+        reads = tuple(prefix + name for name in "xyz")
+        assert [store.get(key, now=0.0) for key in reads] == [expected.get(k, 0) for k in reads]
+
+
+class TestAhead:
+    def test_values_are_there_by_the_next_store_call(self, store: CounterStore) -> None:
+        """Read ahead: each key's value (0 if absent or expired) once another call answered."""
+        store.incr("a", 3, now=0.0, ttl=TTL)
+        store.incr("old", 3, now=0.0, ttl=1.0)
+        found = store.ahead(["a", "old", "absent"], now=2.0)
+        assert store.get("a", now=2.0) == 3
+        assert found == {"a": 3, "old": 0, "absent": 0}
 
 
 class TestPurge:

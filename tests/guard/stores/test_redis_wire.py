@@ -80,22 +80,25 @@ def refund(cents: int) -> str:
 class TestRoundTrips:
     """What a guard call waits for on Redis, counted on the connection, not timed."""
 
-    def test_a_read_waits_twice(self, counted: tuple[RedisStores, list[str]]) -> None:
-        """A shop read: the budget's step count with the invalid streak, then the loop counter;
-        a re-read within a minute writes no mark again (``guard.stages.marks``), and the first
-        read's marks rode unawaited with this call's first command."""
+    def test_a_read_waits_once(self, counted: tuple[RedisStores, list[str]]) -> None:
+        """A shop read: the budget's ceilings and the loop counter in one script
+        (``guard.batching``); a re-read within a minute writes no mark again
+        (``guard.stages.marks``), and the first read's marks rode unawaited with it."""
         stores, events = counted
         session = shop_on(stores).guard.session("s1", CLERK)
         assert session.execute("get_order", READ).ok
         events.clear()
         assert session.execute("get_order", READ).ok
-        assert round_trips(events) == 2
-        assert events.count("send") == 2  # one command per store operation, no mark repeated
+        assert round_trips(events) == 1
+        assert events.count("send") == 1  # one command, no mark repeated
 
-    def test_propose_and_approve_wait_eleven_times(
+    def test_propose_and_approve_wait_six_times(
         self, counted: tuple[RedisStores, list[str]]
     ) -> None:
-        """A refund proposed (7 waits) and approved (4) runs once; results and marks unawaited."""
+        """A refund proposed (3 waits: the counts with the marks the rules and policy read, the
+        claim, the pending action filed) and approved (3: the action read, decided, then the
+        claim with the marks read ahead riding along) runs once; results, marks and the
+        release unawaited."""
         stores, events = counted
         shop = shop_on(stores)
         session = shop.guard.session("s1", CLERK)
@@ -106,7 +109,7 @@ class TestRoundTrips:
         proposed = round_trips(events)
         events.clear()
         assert shop.guard.approve(pending.approval_id, by="alice").ok
-        assert (proposed, round_trips(events)) == (7, 4)
+        assert (proposed, round_trips(events)) == (3, 3)
         assert shop.backend.side_effects == 1
 
     def test_every_command_is_answered_before_close_returns(
@@ -119,6 +122,18 @@ class TestRoundTrips:
         assert events[-1] == "send"
         stores.close()
         assert redis_client.hget("callgate:idem:k", "result") == b'"done"'
+
+    def test_reads_ahead_arrive_with_the_next_command(
+        self, counted: tuple[RedisStores, list[str]]
+    ) -> None:
+        """``ahead`` waits for nothing; its values are there once the next command is answered."""
+        stores, events = counted
+        stores.counters.incr("a", 5, now=0.0, ttl=60.0)
+        events.clear()
+        found = stores.counters.ahead(["a", "absent"], now=1.0)
+        assert (found, events) == ({}, ["send"])
+        assert stores.counters.get("a", now=1.0) == 5
+        assert found == {"a": 5, "absent": 0} and round_trips(events) == 1
 
 
 class TestWire:
