@@ -30,7 +30,7 @@ from pathlib import Path
 import duckdb
 
 from .database import DatabaseBusyError, connect
-from .derive import derive
+from .derive import derive_calls
 from .load import LoadReport, Stat, load
 
 __all__ = ["ROUND_BYTES", "catch_up", "copies", "follow", "prepare", "served"]
@@ -40,6 +40,11 @@ ROUND_BYTES = 32 << 20
 catches up in rounds of bounded memory and time instead of one huge round."""
 
 _SUFFIXES = (".a", ".b")
+
+_COPIED = ("stage_latency_hist", "stage_latency_all")
+"""Derived tables whose rows name the load that wrote them: copied as they are. ``calls`` is
+derived again instead: a load also rewrites some earlier loads' calls (their ``seq``), and
+nothing in a row says which."""
 
 
 def copies(database: str | os.PathLike[str]) -> tuple[Path, Path]:
@@ -74,9 +79,9 @@ def _last_batch(con: duckdb.DuckDBPyConnection, schema: str) -> int:
 
 def catch_up(con: duckdb.DuckDBPyConnection, other: str | os.PathLike[str]) -> int:
     """Bring ``con``'s database up to ``other``, a copy that holds the same loads and more: the
-    span rows of each batch it lacks are copied, ``calls`` and the histograms derived from them
-    batch by batch (exactly what the load that made them did), and the load state, errors and
-    meta taken over. One transaction. Returns the number of batches copied.
+    span rows and histogram rows of each batch it lacks are copied, ``calls`` derived from them
+    batch by batch (as the load that made them did), and the load state, errors and meta taken
+    over. One transaction. Returns the number of batches copied.
 
     ``other`` is attached read-only, so readers that have it open go on reading it.
     """
@@ -91,10 +96,11 @@ def catch_up(con: duckdb.DuckDBPyConnection, other: str | os.PathLike[str]) -> i
         try:
             for batch in range(mine + 1, theirs + 1):
                 # batch is a literal, so the scan skips the row groups of other batches
-                con.execute(
-                    f"INSERT INTO span_rows SELECT * FROM other.span_rows WHERE batch = {batch}"
-                )
-                derive(con, batch)
+                for table in ("span_rows", *_COPIED):
+                    con.execute(
+                        f"INSERT INTO {table} SELECT * FROM other.{table} WHERE batch = {batch}"
+                    )
+                derive_calls(con, batch)
             # Errors have no batch: the ones since this copy's last are the other's minus its own.
             con.execute(
                 "INSERT INTO load_errors SELECT * FROM other.load_errors "
@@ -177,6 +183,12 @@ def follow(
         try:
             catch_up(con, other)
             report = load(con, paths, read_to_end=read_to_end, most=round_bytes)
+        except RuntimeError as exc:
+            # DuckDB reports a Ctrl-C that came during a statement as this (the round's
+            # transaction is rolled back): the caller sees the interrupt, not a traceback.
+            if str(exc) == "Query interrupted":
+                raise KeyboardInterrupt from exc
+            raise
         finally:
             con.close()
         _point(path, target)

@@ -4,12 +4,15 @@
     .venv/bin/python bench/freshness.py --rate 50000 --seconds 600
 
 One run starts a real ``callgate sidecar`` (OTLP/HTTP on a free loopback port) and a real
-``callgate load DIR --follow --interval 1`` on the directory it writes, then a sender process
-posts 512-span OTLP/protobuf requests at a steady ``--rate`` spans/s for ``--seconds``. Every
-request is the same synthetic traffic (calls with their stage spans, ``analytics.synth``) with
-its own trace ids (the first 4 bytes number the request) and its times moved to when it is sent;
-its sessions continue from request to request, so they grow through the whole run (the long
-sessions the loader must not re-derive whole every round).
+``callgate load DIR --follow --interval 1`` on the directory it writes, then ``--senders``
+processes post 512-span OTLP/protobuf requests at a steady ``--rate`` spans/s in all for
+``--seconds`` (request k is due at start + k x 512 / rate; sender i posts k = i mod senders).
+Every request is the same synthetic traffic (calls with their stage spans, ``analytics.synth``)
+with its own trace ids (the first 4 bytes number the request) and its times moved to when it is
+due, written into the serialized template's bytes (:class:`Stamper`); its sessions continue from
+request to request, so they grow through the whole run (the long sessions the loader must not
+re-derive whole every round). A run whose senders did not reach 90% of ``--rate`` is refused
+(exit status 1, no table): it would measure the sender, not the loader.
 
 Meanwhile this process opens the database read-only every ``--poll`` seconds, as the dashboard
 does, and notes when each request's spans are first there: delay = seen - sent. An open that
@@ -322,6 +325,7 @@ def run(args: argparse.Namespace) -> None:
                 "seconds": max(r["end"] for r in reports) - start,
             }
             sent = dict(report["sent"])
+            refuse_slow_senders(args, report)
             deadline = time.monotonic() + args.drain
             while set(sent) - set(seen) and time.monotonic() < deadline:
                 batch, tries = poll(database, seen, batch)
@@ -355,6 +359,19 @@ def run(args: argparse.Namespace) -> None:
     report_table(args, report, sent, seen, rss, busy, opens, bulk_spans, bulk_seconds, follow_spans)
 
 
+def refuse_slow_senders(args: argparse.Namespace, report: dict[str, Any]) -> None:
+    """Exit (status 1, no table) when the senders did not reach 90% of ``--rate``: such a run
+    measures the sender or the sidecar, not the loader."""
+    spans = len(report["sent"]) * report["spans"]
+    rate = spans / report["seconds"]
+    if rate < 0.9 * args.rate:
+        sys.exit(
+            f"refused: {rate:,.0f} spans/s sent ({spans:,} spans acknowledged in "
+            f"{report['seconds']:.0f} s), under 90% of the {args.rate:,.0f} asked; try more "
+            "--senders or --processes"
+        )
+
+
 def report_table(
     args: argparse.Namespace,
     report: dict[str, Any],
@@ -369,13 +386,6 @@ def report_table(
 ) -> None:
     per = report["spans"]
     sent_rate = len(sent) * per / report["seconds"]
-    if sent_rate < 0.9 * args.rate:
-        # A run that did not send the asked rate measures the sender, not the loader.
-        sys.exit(
-            f"refused: {sent_rate:,.0f} spans/s sent ({len(sent) * per:,} spans acknowledged in "
-            f"{report['seconds']:.0f} s), under 90% of the {args.rate:,.0f} asked; try more "
-            "--senders or --processes"
-        )
     ordered = sorted(sent)
     delays = [seen[k] - sent[k] for k in ordered if k in seen]
     thirds = [ordered[i * len(ordered) // 3 : (i + 1) * len(ordered) // 3] for i in range(3)]
