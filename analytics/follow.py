@@ -35,9 +35,11 @@ from .load import LoadReport, Stat, load
 
 __all__ = ["ROUND_BYTES", "catch_up", "copies", "follow", "prepare", "served"]
 
-ROUND_BYTES = 32 << 20
+ROUND_BYTES = 8 << 20
 """At most this many bytes of one file per round (whole lines): a follower that fell behind
-catches up in rounds of bounded memory and time instead of one huge round."""
+catches up in rounds of bounded memory and time instead of one huge round. Parsing a region
+takes about 8 times its size in memory: at 32 MiB the follower's peak RSS was 436 MiB, at 8 MiB
+237 MiB (the same rounds, one process)."""
 
 _SUFFIXES = (".a", ".b")
 
