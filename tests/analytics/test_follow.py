@@ -340,6 +340,30 @@ class TestReaders:
         first = sum(len(spans_of(c)) for c in calls[:20])
         assert int(reader.stdout) == first
 
+    @pytest.mark.parametrize(
+        ("message", "raised"),
+        [("Query interrupted", KeyboardInterrupt), ("something else", RuntimeError)],
+    )
+    def test_an_interrupted_statement_stops_the_follower_as_an_interrupt(
+        self,
+        tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch,
+        message: str,
+        raised: type[BaseException],
+    ) -> None:
+        """DuckDB reports a Ctrl-C during a statement as ``RuntimeError('Query interrupted')``:
+        the follower raises it as ``KeyboardInterrupt`` (the CLI stops quietly); any other
+        ``RuntimeError`` goes through as it is."""
+        path = tmp_path / "t.jsonl"
+        path.touch()
+
+        def interrupted(con: duckdb.DuckDBPyConnection, paths: Any, **options: Any) -> LoadReport:
+            raise RuntimeError(message)
+
+        monkeypatch.setattr(_FOLLOW, "load", interrupted)
+        with pytest.raises(raised):
+            follow(tmp_path / "db.duckdb", [path], interval=0)
+
     def test_an_existing_database_becomes_the_first_copy(self, tmp_path: Path) -> None:
         """Following a database that exists keeps its spans: it becomes the copy readers open,
         and the second copy starts as its twin."""
