@@ -12,7 +12,7 @@ import duckdb
 from .dialect import DUCKDB
 from .schema import CALLS_SELECT
 
-__all__ = ["LATENCY_HISTOGRAM", "REFRESH_CALLS", "derive", "late_stage_window"]
+__all__ = ["LATENCY_HISTOGRAM", "REFRESH_CALLS", "derive", "derive_calls", "late_stage_window"]
 
 
 def _order_key(alias: str) -> str:
@@ -149,11 +149,16 @@ def late_stage_window(con: duckdb.DuckDBPyConnection, batch: int) -> tuple[datet
     return row[0], row[1]
 
 
+def derive_calls(con: duckdb.DuckDBPyConnection, batch: int) -> None:
+    """Bring ``calls`` up to date with load ``batch`` (:data:`REFRESH_CALLS`)."""
+    for statement in REFRESH_CALLS:
+        con.execute(statement, {"batch": batch} if "$batch" in statement else None)
+
+
 def derive(con: duckdb.DuckDBPyConnection, batch: int) -> None:
     """Bring the derived data up to date with load ``batch``: ``calls``, then the latency
     histogram (which needs the calls)."""
-    for statement in REFRESH_CALLS:
-        con.execute(statement, {"batch": batch} if "$batch" in statement else None)
+    derive_calls(con, batch)
     late_from, late_to = late_stage_window(con, batch)
     window = {"batch": batch, "late_from": late_from, "late_to": late_to}
     for statement in LATENCY_HISTOGRAM:

@@ -5,14 +5,18 @@ writes the file readers open makes every reader that comes during a round wait f
 follower therefore keeps two copies beside the database, ``<db>.a`` and ``<db>.b``, and makes
 ``<db>`` a symbolic link to the one readers should open::
 
-    round n:   load what is new into the copy readers do not use -> point <db> at it
-    round n+1: the same into the other copy (it catches up on two rounds) -> point <db> at it
+    round n:   copy a (readers use b): catch up on b's last round, load what is new -> <db> = a
+    round n+1: copy b (readers use a): catch up on a's last round, load what is new -> <db> = b
 
 Readers open the copy the link names, which no one is writing; the follower may wait for a reader
 still holding the copy it is about to write (one that opened it before the last switch), never the
-other way round. Each copy catches up from the span files by its own ``load_state`` offsets, so
-both hold the same data a round apart. The price: disk for two copies, and the CPU of loading
-every span twice.
+other way round.
+
+Each span's JSON is parsed once, into whichever copy is written when it arrives. The other copy
+catches up at its next round by reading the stored rows of the batches it lacks from the copy
+readers use (attached read-only, beside the readers), and deriving ``calls`` and the histograms
+from them as the first copy did (:func:`catch_up`). Parsing was most of a round's cost, and a
+follower that parsed every span into both copies fell behind at 20,000 spans/s.
 """
 
 from __future__ import annotations
@@ -23,16 +27,26 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import duckdb
+
 from .database import DatabaseBusyError, connect
+from .derive import derive_calls
 from .load import LoadReport, Stat, load
 
-__all__ = ["ROUND_BYTES", "copies", "follow", "prepare", "served"]
+__all__ = ["ROUND_BYTES", "catch_up", "copies", "follow", "prepare", "served"]
 
-ROUND_BYTES = 32 << 20
+ROUND_BYTES = 8 << 20
 """At most this many bytes of one file per round (whole lines): a follower that fell behind
-catches up in rounds of bounded memory and time instead of one huge round."""
+catches up in rounds of bounded memory and time instead of one huge round. Parsing a region
+takes about 8 times its size in memory: at 32 MiB the follower's peak RSS was 436 MiB, at 8 MiB
+237 MiB (the same rounds, one process)."""
 
 _SUFFIXES = (".a", ".b")
+
+_COPIED = ("stage_latency_hist", "stage_latency_all")
+"""Derived tables whose rows name the load that wrote them: copied as they are. ``calls`` is
+derived again instead: a load also rewrites some earlier loads' calls (their ``seq``), and
+nothing in a row says which."""
 
 
 def copies(database: str | os.PathLike[str]) -> tuple[Path, Path]:
@@ -56,6 +70,63 @@ def _point(database: Path, copy: Path) -> None:
     link.unlink(missing_ok=True)
     os.symlink(copy.name, link)
     os.replace(link, database)
+
+
+def _last_batch(con: duckdb.DuckDBPyConnection, schema: str) -> int:
+    row = con.execute(
+        f"SELECT coalesce(max(value::BIGINT), 0) FROM {schema}.meta WHERE key = 'batch'"
+    ).fetchall()
+    return int(row[0][0])
+
+
+def catch_up(con: duckdb.DuckDBPyConnection, other: str | os.PathLike[str]) -> int:
+    """Bring ``con``'s database up to ``other``, a copy that holds the same loads and more: the
+    span rows and histogram rows of each batch it lacks are copied, ``calls`` derived from them
+    batch by batch (as the load that made them did), and the load state, errors and meta taken
+    over. One transaction. Returns the number of batches copied.
+
+    ``other`` is attached read-only, so readers that have it open go on reading it.
+    """
+    quoted = "'" + os.fspath(other).replace("'", "''") + "'"
+    con.execute(f"ATTACH {quoted} AS other (READ_ONLY)")
+    try:
+        mine, theirs = _last_batch(con, "main"), _last_batch(con, "other")
+        if theirs <= mine:
+            return 0
+        since = con.execute("SELECT max(loaded_at) FROM load_errors").fetchall()[0][0]
+        con.execute("BEGIN TRANSACTION")
+        try:
+            for batch in range(mine + 1, theirs + 1):
+                # batch is a literal, so the scan skips the row groups of other batches
+                for table in ("span_rows", *_COPIED):
+                    con.execute(
+                        f"INSERT INTO {table} SELECT * FROM other.{table} WHERE batch = {batch}"
+                    )
+                derive_calls(con, batch)
+            # Errors have no batch: the ones since this copy's last are the other's minus its own.
+            con.execute(
+                "INSERT INTO load_errors SELECT * FROM other.load_errors "
+                "WHERE $since IS NULL OR loaded_at >= $since EXCEPT ALL "
+                "SELECT * FROM load_errors WHERE $since IS NULL OR loaded_at >= $since",
+                {"since": since},
+            )
+            con.execute(
+                """
+                INSERT INTO load_state SELECT * FROM other.load_state
+                ON CONFLICT (file_id) DO UPDATE SET
+                    path = excluded.path, compressed = excluded.compressed,
+                    "offset" = excluded."offset", lines = excluded.lines,
+                    spans = excluded.spans, loaded_at = excluded.loaded_at
+                """
+            )
+            con.execute("INSERT OR REPLACE INTO meta SELECT * FROM other.meta")
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+        return theirs - mine
+    finally:
+        con.execute("DETACH other")
 
 
 def prepare(database: str | os.PathLike[str]) -> None:
@@ -91,32 +162,39 @@ def follow(
 ) -> None:
     """Keep loading ``paths`` into ``database`` every ``interval`` seconds until ``should_stop()``.
 
-    Each round loads what is new (rotations included) into the copy readers are not using, then
-    points ``database`` at it (see the module). Rounds start every ``interval`` seconds; a round
-    that took longer, or stopped at ``round_bytes`` of a file, is followed at once. A round that
-    finds its copy busy (a reader held it for the whole wait) is skipped, not fatal.
-
-    Every span is loaded into both copies; ``on_load`` hears each once, from the first copy's
-    rounds.
+    Each round brings the copy readers are not using up to the one they use (:func:`catch_up`),
+    loads what is new into it (rotations included), then points ``database`` at it (see the
+    module). Rounds start every ``interval`` seconds; a round that took longer, or stopped at
+    ``round_bytes`` of a file, is followed at once. A round that finds its copy busy (a reader
+    held it for the whole wait) is skipped, not fatal. ``on_load`` hears each round's load.
     """
     path = Path(database)
     prepare(path)
     first, second = copies(path)
-    read_to_end: dict[Path, dict[Path, Stat]] = {first: {}, second: {}}
+    # Both copies hold the same files once caught up, so what was read to the end is shared.
+    read_to_end: dict[Path, Stat] = {}
     while not should_stop():
         started = time.monotonic()
-        target = second if served(path) == first else first
+        other = served(path)
+        target = second if other == first else first
         try:
             con = connect(target)
         except DatabaseBusyError:
             time.sleep(interval)
             continue
         try:
-            report = load(con, paths, read_to_end=read_to_end[target], most=round_bytes)
+            catch_up(con, other)
+            report = load(con, paths, read_to_end=read_to_end, most=round_bytes)
+        except RuntimeError as exc:
+            # DuckDB reports a Ctrl-C that came during a statement as this (the round's
+            # transaction is rolled back): the caller sees the interrupt, not a traceback.
+            if str(exc) == "Query interrupted":
+                raise KeyboardInterrupt from exc
+            raise
         finally:
             con.close()
         _point(path, target)
-        if target == first and (report.spans or report.errors):
+        if report.spans or report.errors:
             on_load(report)
         if should_stop():
             break

@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from analytics.follow import copies, follow, prepare, served
+from analytics.follow import catch_up, copies, follow, prepare, served
 from analytics.load import LoadReport, connect, load
 from analytics.schema import DDL
 from analytics.synth import Call, encode_request, generate, spans_of
@@ -188,6 +188,80 @@ class TestSameAsBulk:
         assert sum(moved) < len(calls), moved  # renumbering the session each round: ~1,600
 
 
+class TestTwoCopies:
+    @settings(
+        max_examples=6,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    @given(
+        cuts=st.lists(st.integers(1, len(_BASE) - 1), min_size=1, max_size=5),
+        bad=st.sets(st.integers(0, 6), max_size=3),
+    )
+    def test_both_copies_end_as_a_bulk_load_and_each_span_is_parsed_once(
+        self, cuts: list[int], bad: set[int]
+    ) -> None:
+        """Rounds of ``follow`` (malformed lines among them): the copy readers open, and the
+        other once caught up, hold what a bulk load holds, though only one copy parsed each
+        span (the other copied its rows)."""
+        bounds = [0, *sorted(set(cuts)), len(_BASE)]
+        rounds = [_BASE[a:b] for a, b in itertools.pairwise(bounds)]
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "t.jsonl"
+            path.touch()
+            database = Path(tmp) / "db.duckdb"
+            parsed: list[int] = []
+            pending = list(enumerate(rounds))
+
+            appended = [0]
+
+            def next_round() -> bool:
+                """Once what was appended is loaded: append the next round, or stop."""
+                if sum(parsed) < appended[0]:
+                    return False
+                if not pending:
+                    return True
+                number, calls = pending.pop(0)
+                records = [r for c in calls for r in spans_of(c)]
+                _append(path, records)
+                appended[0] += len(records)
+                if number in bad:
+                    with path.open("a") as out:
+                        out.write('{"resourceSpans": [{"scopeSpans": [\n')
+                return False
+
+            inserted: list[int] = []
+
+            def counted(con: duckdb.DuckDBPyConnection, paths: Any, **options: Any) -> LoadReport:
+                report = load(con, paths, **options)
+                inserted.append(report.spans)
+                return report
+
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setattr(_FOLLOW, "load", counted)
+                follow(
+                    database,
+                    [path],
+                    interval=0,
+                    on_load=lambda report: parsed.append(report.spans),
+                    should_stop=next_round,
+                )
+            expected = _bulk(path)
+            reader = connect(database, read_only=True)
+            try:
+                assert _tables(reader) == expected
+            finally:
+                reader.close()
+            other = next(c for c in copies(database) if c != served(database))
+            con = connect(other)
+            try:
+                catch_up(con, served(database))
+                assert _tables(con) == expected
+            finally:
+                con.close()
+        assert sum(inserted) == sum(parsed) == sum(len(spans_of(c)) for c in _BASE)
+
+
 class TestRoundCost:
     def test_a_round_reads_the_stored_spans_of_its_time_only(self, tmp_path: Path) -> None:
         """The same 40-call round on a database four times larger reads no more stored spans
@@ -265,6 +339,30 @@ class TestReaders:
         assert reader.returncode == 0, reader.stderr
         first = sum(len(spans_of(c)) for c in calls[:20])
         assert int(reader.stdout) == first
+
+    @pytest.mark.parametrize(
+        ("message", "raised"),
+        [("Query interrupted", KeyboardInterrupt), ("something else", RuntimeError)],
+    )
+    def test_an_interrupted_statement_stops_the_follower_as_an_interrupt(
+        self,
+        tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch,
+        message: str,
+        raised: type[BaseException],
+    ) -> None:
+        """DuckDB reports a Ctrl-C during a statement as ``RuntimeError('Query interrupted')``:
+        the follower raises it as ``KeyboardInterrupt`` (the CLI stops quietly); any other
+        ``RuntimeError`` goes through as it is."""
+        path = tmp_path / "t.jsonl"
+        path.touch()
+
+        def interrupted(con: duckdb.DuckDBPyConnection, paths: Any, **options: Any) -> LoadReport:
+            raise RuntimeError(message)
+
+        monkeypatch.setattr(_FOLLOW, "load", interrupted)
+        with pytest.raises(raised):
+            follow(tmp_path / "db.duckdb", [path], interval=0)
 
     def test_an_existing_database_becomes_the_first_copy(self, tmp_path: Path) -> None:
         """Following a database that exists keeps its spans: it becomes the copy readers open,
