@@ -210,7 +210,7 @@ def _handler(
 
 
 def passed_result(
-    result: types.CallToolResult,
+    result: dict[str, Any],
     *,
     fields: tuple[str, ...] | None,
     limit_bytes: int,
@@ -225,7 +225,7 @@ def passed_result(
     ``_meta``. An error result raises ``UPSTREAM_REJECTED`` carrying it, so the client sees the
     upstream's own error content and the guard records a refusal (nothing was done).
     ``fields`` (``result_fields``) is the one exception: see ``filtered``."""
-    wire = result.model_dump(mode="json", by_alias=True, exclude_unset=True)
+    wire = dict(result)  # wire JSON as the upstream set it (``Upstream.call``)
     wire.pop("resultType", None)  # the SDK's own field: the downstream server sets its own
     if isinstance(meta := wire.get("_meta"), dict):
         # Protocol keys (the upstream's serverInfo stamp) describe that connection, not the result.
@@ -237,14 +237,18 @@ def passed_result(
     size = len(json.dumps(wire, ensure_ascii=False, separators=(",", ":")))
     if size > limit_bytes:
         raise _unreadable(tool, is_write, f"a result of {size} bytes (the limit is {limit_bytes})")
-    if result.is_error:
-        texts = [block.text for block in result.content if isinstance(block, types.TextContent)]
+    if wire.get("isError") is True:
+        texts = [
+            block["text"]
+            for block in wire.get("content") or ()
+            if isinstance(block, dict) and block.get("type") == "text"
+        ]
         raise RuleViolation(
             Code.UPSTREAM_REJECTED,
             f"The tool reported an error: {_clip(' '.join(texts)) or 'no detail'}.",
             data=wire,
         )
-    return wire if fields is None else filtered(result, fields)
+    return wire if fields is None else filtered(types.CallToolResult.model_validate(wire), fields)
 
 
 def filtered(result: types.CallToolResult, fields: tuple[str, ...]) -> dict[str, Any]:
