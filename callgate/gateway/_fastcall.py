@@ -25,13 +25,12 @@ call runs in its own task (a call waits on the upstream; the next line must stil
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from dataclasses import dataclass
 from typing import Any
 
-import anyio
-import anyio.abc
 import mcp_types as types
 import orjson
 from mcp.server import Server
@@ -109,7 +108,6 @@ class FastCalls:
         principal: str,
         transport_session: str,
         lines: Lines,
-        group: anyio.abc.TaskGroup,
     ) -> None:
         self.gateway = gateway
         self.principal = principal
@@ -118,14 +116,15 @@ class FastCalls:
         self.taken = 0
         """How many calls this path answered (the rest went to the SDK)."""
         self._server = server
-        self._group = group
         self._opened = False  # the SDK decides the era on the first request: it gets that one
         self._modern = False
         self._init_id: Any = None
         self._answered_version: str | None = None
         self._handshake: _Era | None = None
         self._capabilities: dict[str, Any] = {}
-        self._running: dict[Any, anyio.CancelScope] = {}
+        self._running: dict[Any, asyncio.Task[None]] = {}
+        """The calls being answered, by request id (plain asyncio tasks: an anyio task group's
+        spawn cost more than the rest of the path's bookkeeping together)."""
         # Cache hints would change a tools/call answer; the SDK applies them, so it keeps those.
         self._enabled = "tools/call" not in server.cache_hints
 
@@ -147,10 +146,10 @@ class FastCalls:
         method, request_id = message.get("method"), message.get("id")
         params = message.get("params")
         if method == "notifications/cancelled" and isinstance(params, dict):
-            scope = self._running.get(params.get("requestId"))
-            if scope is None:
+            task = self._running.get(params.get("requestId"))
+            if task is None:
                 return False
-            scope.cancel()
+            task.cancel()
             return True
         if method == "notifications/initialized" and self._answered_version is not None:
             self._handshake = _Era(self._answered_version, self._capabilities, modern=False)
@@ -166,11 +165,18 @@ class FastCalls:
         era = self._era(message)
         if era is None or not self._plain(params, era):
             return False
-        scope = anyio.CancelScope()
-        self._running[request_id] = scope
         self.taken += 1
-        self._group.start_soon(self._serve, request_id, params, era, scope)
+        self._running[request_id] = asyncio.get_running_loop().create_task(
+            self._serve(request_id, params, era)
+        )
         return True
+
+    async def aclose(self) -> None:
+        """The client is gone: the calls still running are cancelled (nobody reads an answer)."""
+        running = list(self._running.values())
+        for task in running:
+            task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
 
     def _open(self, line: bytes) -> None:
         """The client's first request decides the era, as the SDK decides it (once)."""
@@ -231,13 +237,10 @@ class FastCalls:
 
     # -- answering --------------------------------------------------------------------------------
 
-    async def _serve(
-        self, request_id: Any, params: dict[str, Any], era: _Era, scope: anyio.CancelScope
-    ) -> None:
+    async def _serve(self, request_id: Any, params: dict[str, Any], era: _Era) -> None:
         try:
-            with scope:
-                answer = await self._answer(request_id, params, era)
-                await self.lines.send(answer)
+            answer = await self._answer(request_id, params, era)
+            await self.lines.send(answer)
         except Exception:
             log.exception("tools/call %r failed", params.get("name"))
             error = {"code": INTERNAL_ERROR, "message": "Internal error"}

@@ -83,8 +83,9 @@ async def serve_stdio(gateway: Gateway) -> None:
     # Duplicate JSON keys are caught in the raw text, before the SDK's parser merges them; stdin
     # and stdout are read and written on the event loop where they can be (no thread per line),
     # and there plain tools/call requests take the lean path (_fastcall) past the SDK's server.
-    async with event_loop_stdio() as pipes, anyio.create_task_group() as calls:
+    async with event_loop_stdio() as pipes:
         stdin, stdout = pipes if pipes is not None else (FilteredLines(), None)
+        fast: FastCalls | None = None
         if pipes is not None and gateway.config.serve.stdio.lean:
             fast = FastCalls(
                 gateway,
@@ -92,14 +93,19 @@ async def serve_stdio(gateway: Gateway) -> None:
                 principal=principal,
                 transport_session=session_id,
                 lines=Lines(pipes[1].writer),
-                group=calls,
             )
             pipes[0].taken, pipes[1].written = fast.offer, fast.answered
-        # Duck-typed: the SDK iterates stdin's lines and awaits stdout's write and flush.
-        async with stdio_server(stdin=stdin, stdout=stdout) as (read_stream, write_stream):  # type: ignore[arg-type]
-            options = server.create_initialization_options(NotificationOptions(tools_changed=True))
-            await server.run(read_stream, write_stream, options)
-        calls.cancel_scope.cancel()  # the client is gone: nobody reads an answer any more
+        try:
+            # Duck-typed: the SDK iterates stdin's lines and awaits stdout's write and flush.
+            async with stdio_server(stdin=stdin, stdout=stdout) as (read_stream, write_stream):  # type: ignore[arg-type]
+                options = server.create_initialization_options(
+                    NotificationOptions(tools_changed=True)
+                )
+                await server.run(read_stream, write_stream, options)
+        finally:
+            if fast is not None:
+                with anyio.CancelScope(shield=True):
+                    await fast.aclose()
 
 
 async def serve_http(

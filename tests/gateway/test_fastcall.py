@@ -207,17 +207,13 @@ class TestWhatItTakes:
         async with started(shop_config(tmp_path, store=False), tmp_path) as gateway:
             server = build_server(gateway, lambda ctx: ("bot", "stdio-test"))
             pipe = _Pipe()
-            async with anyio.create_task_group() as group:
-                fast = FastCalls(
-                    gateway,
-                    server,
-                    principal="bot",
-                    transport_session="stdio-test",
-                    lines=Lines(pipe),
-                    group=group,
-                )
+            fast = FastCalls(
+                gateway, server, principal="bot", transport_session="stdio-test", lines=Lines(pipe)
+            )
+            try:
                 await body(fast, pipe)
-                group.cancel_scope.cancel()
+            finally:
+                await fast.aclose()
 
     def test_a_handshake_connection_is_taken_once_initialized(self, tmp_path: Path) -> None:
         """Before the handshake completes nothing is taken; after it a plain call is answered."""
