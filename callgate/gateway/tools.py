@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import mcp_types as types
+import orjson
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model, model_validator
 
 from callgate.gateway.config import ToolConfig, UpstreamConfig
@@ -234,7 +235,7 @@ def passed_result(
             wire["_meta"] = kept
         else:
             del wire["_meta"]
-    size = len(json.dumps(wire, ensure_ascii=False, separators=(",", ":")))
+    size = _size(wire)
     if size > limit_bytes:
         raise _unreadable(tool, is_write, f"a result of {size} bytes (the limit is {limit_bytes})")
     if wire.get("isError") is True:
@@ -262,6 +263,15 @@ def filtered(result: types.CallToolResult, fields: tuple[str, ...]) -> dict[str,
     kept = {key: data[key] for key in fields if key in data} if isinstance(data, dict) else {}
     text = json.dumps(kept, ensure_ascii=False)
     return {"content": [{"type": "text", "text": text}], "structuredContent": kept}
+
+
+def _size(wire: dict[str, Any]) -> int:
+    """Bytes of ``wire`` as compact UTF-8 JSON (orjson; the standard writer for integers past
+    64 bits, which orjson does not write)."""
+    try:
+        return len(orjson.dumps(wire))
+    except TypeError:
+        return len(json.dumps(wire, ensure_ascii=False, separators=(",", ":")).encode())
 
 
 class _Unreadable(Exception):
