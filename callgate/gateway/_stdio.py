@@ -161,7 +161,10 @@ class RawCalls:
             await self._send(line + b"\n")
             return await answer
         except BaseException:
-            if not answer.done() and not self._ended:
+            # Abandoned (a deadline, a cancelled caller: awaiting it cancelled the future too)
+            # before any answer came: tell the upstream, as the SDK's session does.
+            unanswered = not answer.done() or answer.cancelled()
+            if unanswered and not self._ended:
                 self._cancel(request_id)
             raise
         finally:
