@@ -52,6 +52,10 @@ def _script(meta: dict[str, Any] | None) -> list[dict[str, Any] | str]:
     return calls
 
 
+LIST = {"jsonrpc": "2.0", "id": 0, "method": "tools/list", "params": {"_meta": MODERN_META}}
+"""A 2026-07-28 connection's first request (the SDK's: it decides the era)."""
+
+
 def _config(tmp: Path, *, lean: bool) -> Path:
     text = shop_config(tmp, store=False).replace(
         "stdio: {principal: bot}", f"stdio: {{principal: bot, lean: {str(lean).lower()}}}"
@@ -130,9 +134,7 @@ class TestSameAnswers:
             with LineClient(config) as client:
                 if modern:
                     meta |= {**MODERN_META, "io.modelcontextprotocol/logLevel": "debug"}
-                    client.call(
-                        0, {**_call(0, "lib_nope", {}, MODERN_META), "method": "tools/list"}
-                    )
+                    client.call(0, LIST)
                 else:
                     client.handshake()
                 client.send(_call(5, "lib_count", {}, meta))
