@@ -32,6 +32,7 @@ from typing import Any
 import anyio
 import mcp_types as types
 import orjson
+from anyio.abc import ByteSendStream
 from mcp.client._transport import TransportStreams
 from mcp.client.stdio import (
     StdioServerParameters,
@@ -294,6 +295,21 @@ def _loads(line: bytes | bytearray) -> Any:
         return None
 
 
+def _direct(stdin: ByteSendStream) -> Callable[[bytes], Awaitable[None]]:
+    """Writes to the process's stdin. On asyncio, straight to its stream writer: anyio's
+    ``send`` also yields to the loop once per write (a cancel-shielded checkpoint), a whole
+    loop turn per call; a broken pipe still surfaces as an ``OSError``."""
+    writer = getattr(stdin, "_stream", None)
+    if not isinstance(writer, asyncio.StreamWriter):
+        return stdin.send
+
+    async def send(data: bytes) -> None:
+        writer.write(data)
+        await writer.drain()
+
+    return send
+
+
 async def _unrelayed(params: types.LoggingMessageNotificationParams) -> None:
     log.info("upstream logged (%s): %s", params.level, params.data)
 
@@ -326,7 +342,7 @@ async def bounded_stdio_client(
     writer_done = anyio.Event()
     calls = raw if raw is not None else RawCalls(on_log=_unrelayed)
     assert process.stdin is not None
-    calls.bind(process.stdin.send)
+    calls.bind(_direct(process.stdin))
 
     async def reader() -> None:
         assert process.stdout is not None
