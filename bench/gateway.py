@@ -15,7 +15,9 @@ fires, rate limits off, in-memory stores, telemetry off:
    connection. The difference is the gateway's own work, without any transport.
 
 Blocks of the two paths alternate so drift on a loaded machine lands on both. Run:
-``.venv/bin/python bench/gateway.py`` (``--calls N`` for more samples).
+``.venv/bin/python bench/gateway.py`` (``--calls N`` for more samples). ``--server time`` puts the
+published ``mcp-server-time`` (from ``make real-servers``, in ``.cache/mcp-servers`` or
+``$CALLGATE_MCP_CACHE``) in place of the demo upstream, called with ``convert_time``.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +42,11 @@ from callgate.gateway import parse_config, running
 from callgate.gateway.demo import gateway_command
 from callgate.gateway.upstream import inherited
 
-CHILD_ENV = {**get_default_environment(), **inherited()}
+CHILD_ENV = {
+    **get_default_environment(),
+    **inherited(),
+    **{k: v for k, v in os.environ.items() if k == "CALLGATE_MCP_CACHE"},
+}
 """What the bench's children inherit: the SDK's safe variables and this process's Python path."""
 
 CONFIG = """\
@@ -57,10 +64,71 @@ telemetry: {trail: false}
 """
 
 
+TIME_CONFIG = """\
+policy:
+  max_steps_per_session: 10000000
+  max_identical_calls: 1000
+upstreams:
+  time:
+    command: [{command}, --local-timezone, UTC]
+    tools:
+      convert_time: {{effect: read}}
+principals:
+  bench: {{tools: [convert_time]}}
+serve:
+  stdio: {{principal: bench}}
+telemetry: {{trail: false}}
+"""
+
+
+@dataclass(frozen=True)
+class Target:
+    """The upstream the bench calls, and the call it makes (a new argument each time)."""
+
+    command: list[str]
+    config: str
+    tool: str
+    arguments: Callable[[int], dict[str, Any]]
+
+
+def _demo() -> Target:
+    return Target(
+        [sys.executable, "-m", "callgate.gateway.demo_upstream"], CONFIG, "echo", lambda i: {"n": i}
+    )
+
+
+def _time() -> Target:
+    root = Path(__file__).resolve().parents[1]
+    cache = Path(os.environ.get("CALLGATE_MCP_CACHE", root / ".cache" / "mcp-servers"))
+    script = cache / "servers" / "bin" / "mcp-server-time"
+    if not script.exists():
+        sys.exit(f"{script} is not installed: run make real-servers (or set CALLGATE_MCP_CACHE)")
+
+    def arguments(i: int) -> dict[str, Any]:
+        minute = i % 1440
+        return {
+            "source_timezone": "UTC",
+            "time": f"{minute // 60:02d}:{minute % 60:02d}",
+            "target_timezone": "Europe/Paris",
+        }
+
+    return Target(
+        [str(script), "--local-timezone", "UTC"],
+        TIME_CONFIG.format(command=script),
+        "convert_time",
+        arguments,
+    )
+
+
+TARGET = _demo()
+TARGET_NAME = {"echo": "demo", "convert_time": "time"}
+
+
 def upstream_command() -> StdioServerParameters:
+    command, *args = TARGET.command
     return StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "callgate.gateway.demo_upstream"],
+        command=command,
+        args=args,
         env=CHILD_ENV,  # this checkout's callgate, as the gateway's own upstream gets
     )
 
@@ -138,7 +206,9 @@ async def end_to_end(
     """Samples of the three paths, and the CPU per call of the bare proxy and of the gateway
     process (wall times on a loaded machine are mostly waiting; CPU is what the hop costs)."""
     bare = StdioServerParameters(
-        command=sys.executable, args=[__file__, "--serve-bare-proxy"], env=CHILD_ENV
+        command=sys.executable,
+        args=[__file__, "--serve-bare-proxy", "--server", TARGET_NAME[TARGET.tool]],
+        env=CHILD_ENV,
     )
     async with (
         Client(upstream_command()) as direct,
@@ -149,7 +219,7 @@ async def end_to_end(
         for client in (direct, proxied, gated):
 
             async def call(i: int, client: Client = client) -> Any:
-                result = await client.call_tool("echo", {"n": i})
+                result = await client.call_tool(TARGET.tool, TARGET.arguments(i))
                 assert not result.is_error, result
 
             paths.append(call)
@@ -202,10 +272,10 @@ async def in_process(config_text: str, calls: int, block: int) -> tuple[list[int
         upstream = gateway.upstreams[0]
 
         async def call_upstream(i: int) -> Any:
-            await upstream.call("echo", {"n": i}, 10.0)
+            await upstream.call(TARGET.tool, TARGET.arguments(i), 10.0)
 
         async def call_gateway(i: int) -> Any:
-            result = await gateway.call("bench", "bench-session", "echo", {"n": i})
+            result = await gateway.call("bench", "bench-session", TARGET.tool, TARGET.arguments(i))
             assert result.ok, result
 
         return await alternate(call_upstream, call_gateway, calls, block)
@@ -236,14 +306,19 @@ def main() -> None:
     )
     parser.add_argument("--calls", type=int, default=2000, help="Timed calls per path.")
     parser.add_argument("--block", type=int, default=10, help="Calls per alternating block.")
+    parser.add_argument(
+        "--server", choices=["demo", "time"], default="demo", help="The upstream to call."
+    )
     parser.add_argument("--serve-bare-proxy", action="store_true", help=argparse.SUPPRESS)
     options = parser.parse_args()
+    global TARGET
+    TARGET = _time() if options.server == "time" else _demo()
     if options.serve_bare_proxy:
         anyio.run(serve_bare_proxy)
         return
     with tempfile.TemporaryDirectory(prefix="callgate-bench-") as folder:
         config = Path(folder) / "gateway.yaml"
-        config.write_text(CONFIG)
+        config.write_text(TARGET.config)
         (direct, proxied, gated), cpu = anyio.run(end_to_end, config, options.calls, options.block)
         report(
             "end to end over stdio",
@@ -272,7 +347,7 @@ def main() -> None:
             print("\nCPU per call of the process in the middle (user + system, same run)")
             print(f"  bare SDK proxy               {cpu[0]:7.3f} ms")
             print(f"  gateway (guard included)     {cpu[1]:7.3f} ms   (x{cpu[1] / cpu[0]:.2f})")
-        upstream, gateway = anyio.run(in_process, CONFIG, options.calls, options.block)
+        upstream, gateway = anyio.run(in_process, TARGET.config, options.calls, options.block)
         report(
             "inside the gateway process",
             upstream,

@@ -58,28 +58,41 @@ class FilteredLines:
 
 
 class PipeLines:
-    """Lines of a pipe read on the event loop, each rewritten (as ``FilteredLines``)."""
+    """Lines of a pipe read on the event loop, each rewritten (as ``FilteredLines``); a line
+    ``taken`` returns True for (the lean ``tools/call`` path's) never reaches the SDK."""
 
-    def __init__(self, reader: asyncio.StreamReader) -> None:
+    def __init__(
+        self, reader: asyncio.StreamReader, taken: Callable[[bytes], bool] | None = None
+    ) -> None:
         self._reader = reader
+        self.taken = taken
 
     def __aiter__(self) -> AsyncIterator[str]:
         return self._filtered()
 
     async def _filtered(self) -> AsyncIterator[str]:
         while line := await self._reader.readline():
+            if self.taken is not None and self.taken(line):
+                continue
             kept = rewrite(line.decode("utf-8", errors="replace").rstrip("\n"))
             if kept is not None:
                 yield kept + "\n"
 
 
 class PipeOut:
-    """A pipe written on the event loop, with the two methods the SDK's stdio writer calls."""
+    """A pipe written on the event loop, with the two methods the SDK's stdio writer calls;
+    ``written`` sees each text the SDK writes."""
 
-    def __init__(self, writer: asyncio.StreamWriter) -> None:
+    def __init__(
+        self, writer: asyncio.StreamWriter, written: Callable[[str], None] | None = None
+    ) -> None:
+        self.writer = writer
         self._writer = writer
+        self.written = written
 
     async def write(self, text: str) -> None:
+        if self.written is not None:
+            self.written(text)
         self._writer.write(text.encode())
 
     async def flush(self) -> None:

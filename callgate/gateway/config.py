@@ -248,6 +248,8 @@ class HttpConfig(_Model):
 
 class StdioConfig(_Model):
     principal: str | None = None
+    lean: bool = True
+    """Plain ``tools/call`` requests take the lean path (``_fastcall``); false: all via the SDK."""
 
 
 class ServeConfig(_Model):

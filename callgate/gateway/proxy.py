@@ -44,7 +44,7 @@ from collections.abc import Awaitable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
@@ -65,7 +65,15 @@ if TYPE_CHECKING:
     from callgate.gateway.server import Identity
     from callgate.gateway.upstream import Upstream
 
-__all__ = ["Relay", "Relays", "handlers", "logging_declared", "relaying"]
+__all__ = [
+    "Relay",
+    "RelayTarget",
+    "Relays",
+    "handlers",
+    "logging_declared",
+    "relaying",
+    "relaying_to",
+]
 
 log = logging.getLogger("callgate.gateway")
 
@@ -77,7 +85,16 @@ _LINKS_KEPT = 10_000
 
 _T = TypeVar("_T")
 
-_CURRENT: ContextVar[Relay | None] = ContextVar("callgate_gateway_relay", default=None)
+
+class RelayTarget(Protocol):
+    """Where a tool call's progress and log messages go (``Relay``, or the stdio lean path's)."""
+
+    async def progress(self, progress: float, total: float | None, message: str | None) -> None: ...
+
+    async def log(self, params: types.LoggingMessageNotificationParams) -> None: ...
+
+
+_CURRENT: ContextVar[RelayTarget | None] = ContextVar("callgate_gateway_relay", default=None)
 
 
 @dataclass(eq=False, kw_only=True)
@@ -107,7 +124,14 @@ class Relay:
 @contextmanager
 def relaying(ctx: ServerRequestContext[Any, Any]) -> Iterator[None]:
     """Within: upstream calls made for this request relay their progress and logs to it."""
-    token = _CURRENT.set(Relay(ctx=ctx))
+    with relaying_to(Relay(ctx=ctx)):
+        yield
+
+
+@contextmanager
+def relaying_to(target: RelayTarget) -> Iterator[None]:
+    """Within: upstream calls relay their progress and logs to ``target``."""
+    token = _CURRENT.set(target)
     try:
         yield
     finally:
@@ -119,7 +143,7 @@ class Relays:
     """One upstream's side: the client requests with a call in flight on it, and its links."""
 
     name: str
-    in_flight: list[Relay] = field(default_factory=list)
+    in_flight: list[RelayTarget] = field(default_factory=list)
     links: dict[str, None] = field(default_factory=dict)
     """Resource-link URIs the upstream returned from tool calls: readable through it."""
     subscriptions: Subscribers = field(init=False)

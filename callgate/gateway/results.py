@@ -34,7 +34,16 @@ from pydantic import ValidationError
 from guard import Code, ToolResult
 from guard.providers._wire import result_payload
 
-__all__ = ["VERDICT_KEY", "caller_context", "render", "upstream_result", "verdict"]
+__all__ = [
+    "VERDICT_KEY",
+    "caller_context",
+    "guard_answer",
+    "passed_answer",
+    "render",
+    "trace_id_now",
+    "upstream_result",
+    "verdict",
+]
 
 VERDICT_KEY = "callgate"
 """The ``_meta`` key of the guard's verdict on every ``tools/call`` result."""
@@ -58,7 +67,7 @@ def caller_context(meta: Mapping[str, Any] | None) -> otel_context.Context | Non
     return extracted
 
 
-def _trace_id() -> str | None:
+def trace_id_now() -> str | None:
     """The trace id of the span current now (the client's, or the host's), as 32 hex digits."""
     span = trace.get_current_span(otel_context.get_current()).get_span_context()
     return trace.format_trace_id(span.trace_id) if span.is_valid else None
@@ -90,27 +99,24 @@ def verdict(result: ToolResult, *, trace_id: str | None, passed: bool) -> dict[s
     return payload
 
 
-def render(
-    result: ToolResult, *, structured: bool, trace_id: str | None = None
-) -> types.CallToolResult:
-    """``result`` as the ``tools/call`` answer described above; ``structured`` is False when the
-    tool is listed with an ``outputSchema`` (a guard payload there would be a foreign shape)."""
-    if trace_id is None:
-        trace_id = _trace_id()
+def passed_answer(result: ToolResult, *, trace_id: str | None) -> dict[str, Any] | None:
+    """The upstream's result this guard result carries, the verdict in its ``_meta``, as wire
+    JSON; None when the guard wrote the answer itself (``guard_answer``)."""
     passed = upstream_result(result)
-    if passed is not None:
-        meta = passed.get("_meta")
-        shown = {
-            **passed,
-            "_meta": {
-                **(meta if isinstance(meta, dict) else {}),
-                VERDICT_KEY: verdict(result, trace_id=trace_id, passed=True),
-            },
-        }
-        try:
-            return types.CallToolResult.model_validate(shown)
-        except ValidationError:  # a result stored in another shape (an older gateway): the guard's
-            pass
+    if passed is None:
+        return None
+    meta = passed.get("_meta")
+    return {
+        **passed,
+        "_meta": {
+            **(meta if isinstance(meta, dict) else {}),
+            VERDICT_KEY: verdict(result, trace_id=trace_id, passed=True),
+        },
+    }
+
+
+def guard_answer(result: ToolResult, *, structured: bool, trace_id: str | None) -> dict[str, Any]:
+    """The answer of a call with no upstream result (refused, held), as wire JSON."""
     said = verdict(result, trace_id=trace_id, passed=False)
     payload = result_payload(result)
     answer: dict[str, Any] = {
@@ -120,4 +126,21 @@ def render(
     }
     if structured:
         answer["structuredContent"] = payload
+    return answer
+
+
+def render(
+    result: ToolResult, *, structured: bool, trace_id: str | None = None
+) -> types.CallToolResult:
+    """``result`` as the ``tools/call`` answer described above; ``structured`` is False when the
+    tool is listed with an ``outputSchema`` (a guard payload there would be a foreign shape)."""
+    if trace_id is None:
+        trace_id = trace_id_now()
+    passed = passed_answer(result, trace_id=trace_id)
+    if passed is not None:
+        try:
+            return types.CallToolResult.model_validate(passed)
+        except ValidationError:  # a result stored in another shape (an older gateway): the guard's
+            pass
+    answer = guard_answer(result, structured=structured, trace_id=trace_id)
     return types.CallToolResult.model_validate(answer)

@@ -15,6 +15,7 @@ from mcp.server.stdio import stdio_server
 
 from callgate.approvals import list_actions, open_stores
 from callgate.gateway._downstream import DuplicateKeys, FilteredLines, event_loop_stdio
+from callgate.gateway._fastcall import FastCalls, Lines
 from callgate.gateway.config import GatewayConfig
 from callgate.gateway.gateway import Gateway
 from callgate.gateway.pins import open_pin_store
@@ -80,13 +81,31 @@ async def serve_stdio(gateway: Gateway) -> None:
     session_id = f"stdio-{uuid.uuid4().hex[:16]}"
     server = build_server(gateway, lambda ctx: (principal, session_of(ctx, principal, session_id)))
     # Duplicate JSON keys are caught in the raw text, before the SDK's parser merges them; stdin
-    # and stdout are read and written on the event loop where they can be (no thread per line).
+    # and stdout are read and written on the event loop where they can be (no thread per line),
+    # and there plain tools/call requests take the lean path (_fastcall) past the SDK's server.
     async with event_loop_stdio() as pipes:
         stdin, stdout = pipes if pipes is not None else (FilteredLines(), None)
-        # Duck-typed: the SDK iterates stdin's lines and awaits stdout's write and flush.
-        async with stdio_server(stdin=stdin, stdout=stdout) as (read_stream, write_stream):  # type: ignore[arg-type]
-            options = server.create_initialization_options(NotificationOptions(tools_changed=True))
-            await server.run(read_stream, write_stream, options)
+        fast: FastCalls | None = None
+        if pipes is not None and gateway.config.serve.stdio.lean:
+            fast = FastCalls(
+                gateway,
+                server,
+                principal=principal,
+                transport_session=session_id,
+                lines=Lines(pipes[1].writer),
+            )
+            pipes[0].taken, pipes[1].written = fast.offer, fast.answered
+        try:
+            # Duck-typed: the SDK iterates stdin's lines and awaits stdout's write and flush.
+            async with stdio_server(stdin=stdin, stdout=stdout) as (read_stream, write_stream):  # type: ignore[arg-type]
+                options = server.create_initialization_options(
+                    NotificationOptions(tools_changed=True)
+                )
+                await server.run(read_stream, write_stream, options)
+        finally:
+            if fast is not None:
+                with anyio.CancelScope(shield=True):
+                    await fast.aclose()
 
 
 async def serve_http(

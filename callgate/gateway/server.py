@@ -45,7 +45,7 @@ from guard import ToolResult
 from guard.approval_view import approval_question
 from guard.stores import PendingAction
 
-__all__ = ["Identity", "build_server"]
+__all__ = ["Identity", "build_server", "input_required"]
 
 log = logging.getLogger("callgate.gateway")
 
@@ -145,26 +145,9 @@ def build_server(
         if action is None:
             return shown(result)
         policy = gateway.config.policy
-        question = approval_question(action)
         if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS or not ctx.session.can_send_request:
-            asked = Question(
-                approval_id=action.id,
-                session_id=session_id,
-                principal=principal,
-                tool=action.tool,
-                expires_at=min(action.expires_at, time.time() + policy.elicitation_timeout),
-            )
-            return types.InputRequiredResult(
-                input_requests={
-                    ELICITATION_KEY: types.ElicitRequest(
-                        params=types.ElicitRequestFormParams(
-                            message=question, requested_schema=_QUESTION
-                        )
-                    )
-                },
-                request_state=gateway.questions.ask(asked, now=time.time()),
-            )
-        reply = await _ask(ctx, question, policy.elicitation_timeout)
+            return input_required(gateway, action, session_id, principal)
+        reply = await _ask(ctx, approval_question(action), policy.elicitation_timeout)
         decided = await _apply(gateway, action, reply, principal)
         return shown(decided if decided is not None else result)
 
@@ -178,6 +161,30 @@ def build_server(
         )
     server.middleware.append(KeepExecution(gateway.listed))  # after the SDK's per-version shaping
     return server
+
+
+def input_required(
+    gateway: Gateway, action: PendingAction, session_id: str, principal: str
+) -> types.InputRequiredResult:
+    """The approval question for ``action`` as a 2026-07-28 ``InputRequiredResult``: its
+    ``requestState`` a single-use nonce for this session, principal and tool."""
+    asked = Question(
+        approval_id=action.id,
+        session_id=session_id,
+        principal=principal,
+        tool=action.tool,
+        expires_at=min(action.expires_at, time.time() + gateway.config.policy.elicitation_timeout),
+    )
+    return types.InputRequiredResult(
+        input_requests={
+            ELICITATION_KEY: types.ElicitRequest(
+                params=types.ElicitRequestFormParams(
+                    message=approval_question(action), requested_schema=_QUESTION
+                )
+            )
+        },
+        request_state=gateway.questions.ask(asked, now=time.time()),
+    )
 
 
 def _can_elicit(ctx: ServerRequestContext[Any, Any]) -> bool:

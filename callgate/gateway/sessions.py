@@ -13,11 +13,12 @@ two conversations must never share one. A request's session is, first match wins
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from mcp.server.context import ServerRequestContext
 
-__all__ = ["CONVERSATION_KEY", "session_of"]
+__all__ = ["CONVERSATION_KEY", "session_from_meta", "session_of"]
 
 CONVERSATION_KEY = "io.callgate/conversation"
 """The ``_meta`` key of a request's conversation id (a string of at most 200 characters)."""
@@ -25,7 +26,12 @@ CONVERSATION_KEY = "io.callgate/conversation"
 
 def session_of(ctx: ServerRequestContext[Any, Any], principal: str, transport: str) -> str:
     """The guard session id of ``ctx``: its conversation's, else ``transport``'s (see above)."""
-    conversation = (ctx.meta or {}).get(CONVERSATION_KEY)
+    return session_from_meta(ctx.meta, principal, transport)
+
+
+def session_from_meta(meta: Mapping[str, Any] | None, principal: str, transport: str) -> str:
+    """The guard session id of a request whose ``_meta`` is ``meta`` (see above)."""
+    conversation = (meta or {}).get(CONVERSATION_KEY)
     if isinstance(conversation, str) and 0 < len(conversation) <= 200:
         return f"conv:{principal}:{conversation}"
     return transport

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import mcp_types as types
+import orjson
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model, model_validator
 
 from callgate.gateway.config import ToolConfig, UpstreamConfig
@@ -210,7 +211,7 @@ def _handler(
 
 
 def passed_result(
-    result: types.CallToolResult,
+    result: dict[str, Any],
     *,
     fields: tuple[str, ...] | None,
     limit_bytes: int,
@@ -225,7 +226,7 @@ def passed_result(
     ``_meta``. An error result raises ``UPSTREAM_REJECTED`` carrying it, so the client sees the
     upstream's own error content and the guard records a refusal (nothing was done).
     ``fields`` (``result_fields``) is the one exception: see ``filtered``."""
-    wire = result.model_dump(mode="json", by_alias=True, exclude_unset=True)
+    wire = dict(result)  # wire JSON as the upstream set it (``Upstream.call``)
     wire.pop("resultType", None)  # the SDK's own field: the downstream server sets its own
     if isinstance(meta := wire.get("_meta"), dict):
         # Protocol keys (the upstream's serverInfo stamp) describe that connection, not the result.
@@ -234,17 +235,21 @@ def passed_result(
             wire["_meta"] = kept
         else:
             del wire["_meta"]
-    size = len(json.dumps(wire, ensure_ascii=False, separators=(",", ":")))
+    size = _size(wire)
     if size > limit_bytes:
         raise _unreadable(tool, is_write, f"a result of {size} bytes (the limit is {limit_bytes})")
-    if result.is_error:
-        texts = [block.text for block in result.content if isinstance(block, types.TextContent)]
+    if wire.get("isError") is True:
+        texts = [
+            block["text"]
+            for block in wire.get("content") or ()
+            if isinstance(block, dict) and block.get("type") == "text"
+        ]
         raise RuleViolation(
             Code.UPSTREAM_REJECTED,
             f"The tool reported an error: {_clip(' '.join(texts)) or 'no detail'}.",
             data=wire,
         )
-    return wire if fields is None else filtered(result, fields)
+    return wire if fields is None else filtered(types.CallToolResult.model_validate(wire), fields)
 
 
 def filtered(result: types.CallToolResult, fields: tuple[str, ...]) -> dict[str, Any]:
@@ -258,6 +263,15 @@ def filtered(result: types.CallToolResult, fields: tuple[str, ...]) -> dict[str,
     kept = {key: data[key] for key in fields if key in data} if isinstance(data, dict) else {}
     text = json.dumps(kept, ensure_ascii=False)
     return {"content": [{"type": "text", "text": text}], "structuredContent": kept}
+
+
+def _size(wire: dict[str, Any]) -> int:
+    """Bytes of ``wire`` as compact UTF-8 JSON (orjson; the standard writer for integers past
+    64 bits, which orjson does not write)."""
+    try:
+        return len(orjson.dumps(wire))
+    except TypeError:
+        return len(json.dumps(wire, ensure_ascii=False, separators=(",", ":")).encode())
 
 
 class _Unreadable(Exception):

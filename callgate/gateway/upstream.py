@@ -16,6 +16,11 @@ Failures are sorted for the guard's execute stage by what they say about the wor
   deadline is the gateway's own, and the connection's read side is watched (``_wire``);
 - the connection had ended before the call (a crash between calls): the call reconnects first, so
   a write is never sent into a dead connection and called "outcome unknown".
+
+On a stdio connection a ``tools/call`` takes the lean path (``_stdio.RawCalls``): the request is one
+JSON line with the session's per-request ``_meta``, the answer is parsed once and checked once
+against the negotiated revision's result shape (the SDK checked it twice and built models both
+times), and the caller gets the result as wire JSON. Over HTTP the SDK's session sends it.
 """
 
 from __future__ import annotations
@@ -33,11 +38,20 @@ import httpx2
 import mcp_types as types
 from mcp import Client, StdioServerParameters
 from mcp.client._transport import TransportStreams
+from mcp.client.session import _clamp_inbound_ttl, _later_revision_fields
 from mcp.client.stdio import get_default_environment
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
+from mcp_types import methods as _methods
 
-from callgate.gateway._stdio import TooLarge, bounded_stdio_client, too_large
+from callgate.gateway._stdio import (
+    NotSent,
+    RawCalls,
+    RawRefused,
+    TooLarge,
+    bounded_stdio_client,
+    too_large,
+)
 from callgate.gateway._wire import watched
 from callgate.gateway.config import UpstreamConfig
 from callgate.gateway.proxy import Relays
@@ -75,6 +89,8 @@ class Upstream:
         """The latest listing."""
         self._on_tools = on_tools
         self._client: Client | None = None
+        self._raw: RawCalls | None = None
+        """The live connection's lean ``tools/call`` path (stdio only)."""
         self._stop: anyio.Event | None = None
         self._reconnected: anyio.Event | None = None
         self._failure: str | None = None
@@ -108,8 +124,8 @@ class Upstream:
         timeout: float | None,
         *,
         connected: Callable[[], None] | None = None,
-    ) -> types.CallToolResult:
-        """Call ``name``; reconnects first if the connection died.
+    ) -> dict[str, Any]:
+        """Call ``name``; its result as wire JSON. Reconnects first if the connection died.
 
         ``connected`` runs once the connection is live, before the request goes out: the place to
         refuse a tool whose definition a reconnect just found changed.
@@ -120,7 +136,7 @@ class Upstream:
             # rather than send into it and call a write that never arrived "outcome unknown".
             self._lost(client)
             client = await self._ensure()
-        ended = self._ended
+        ended, raw = self._ended, self._raw
         if connected is not None:
             connected()
         try:
@@ -130,17 +146,21 @@ class Upstream:
                 anyio.fail_after(timeout) if timeout is not None else nullcontext(),
                 self.relays.during() as progress,
             ):
-                # The session's request, not ``Client.call_tool``: that one also validates
-                # ``structuredContent`` against the tool's outputSchema (a JSON Schema pass per
-                # call), which the downstream client does itself on the result passed through.
-                result = await client.session.send_request(
-                    types.CallToolRequest(
-                        params=types.CallToolRequestParams(name=name, arguments=arguments)
-                    ),
-                    types.CallToolResult,
-                    progress_callback=progress,
-                )
-                self.relays.returned(result)
+                if raw is not None:
+                    result = await _raw_call(client, raw, name, arguments, progress)
+                else:
+                    # The session's request, not ``Client.call_tool``: that one also validates
+                    # ``structuredContent`` against the tool's outputSchema (a JSON Schema pass
+                    # per call), which the downstream client does itself on the result.
+                    typed = await client.session.send_request(
+                        types.CallToolRequest(
+                            params=types.CallToolRequestParams(name=name, arguments=arguments)
+                        ),
+                        types.CallToolResult,
+                        progress_callback=progress,
+                    )
+                    result = typed.model_dump(mode="json", by_alias=True, exclude_unset=True)
+                self._links(result)
                 return result
         except TimeoutError:
             raise TimeoutError(f"{self.name} did not answer {name} in time") from None
@@ -153,18 +173,32 @@ class Upstream:
             if not self._alive(client):
                 raise UpstreamLost(f"{self.name} closed the connection during {name}") from err
             raise UpstreamRefused(err.code, err.message) from err
+        except RawRefused as err:  # the upstream's own answer: the connection is fine
+            raise UpstreamRefused(err.code, err.message) from err
+        except NotSent as err:  # the connection ended before the line was written
+            self._lost(client)
+            raise ConnectionError(f"{self.name} cannot be reached: {err}") from err
         except httpx2.ConnectError as err:  # the request never left: nothing happened
             self._lost(client)
             raise ConnectionError(f"{self.name} cannot be reached: {err}") from err
         except (
             anyio.ClosedResourceError,
             anyio.BrokenResourceError,
+            anyio.EndOfStream,
             EOFError,
             OSError,
             httpx2.TransportError,
         ) as err:
             self._lost(client)
             raise UpstreamLost(f"{self.name} closed the connection during {name}") from err
+
+    def _links(self, result: dict[str, Any]) -> None:
+        """Resource links in a result become readable through this upstream (``Relays``)."""
+        content = result.get("content")
+        if isinstance(content, list) and any(
+            isinstance(block, dict) and block.get("type") == "resource_link" for block in content
+        ):
+            self.relays.returned(types.CallToolResult.model_validate(result))
 
     async def _closed(self, ended: anyio.Event | None, err: MCPError) -> bool:
         """Whether a CONNECTION_CLOSED error means the connection ended (else the upstream sent it).
@@ -234,6 +268,7 @@ class Upstream:
         assert self._group is not None, "start() first"
         stop = anyio.Event()
         ready: list[Client | BaseException] = []
+        raw: list[RawCalls | None] = []
         started = anyio.Event()
         ended = anyio.Event()
         self._stop = stop
@@ -241,7 +276,9 @@ class Upstream:
         async def run() -> None:
             try:
                 async with AsyncExitStack() as stack:
-                    transport = watched(await self._target(stack), ended)
+                    target, calls = await self._target(stack)
+                    raw.append(calls)
+                    transport = watched(target, ended)
                     client = await stack.enter_async_context(
                         Client(
                             transport,
@@ -273,9 +310,13 @@ class Upstream:
             raise ConnectionError(f"{self.name}: cannot connect: {outcome}") from outcome
         self.connects += 1
         self._ended = ended
+        self._raw = raw[0] if raw else None
         return outcome
 
-    async def _target(self, stack: AsyncExitStack) -> AbstractAsyncContextManager[TransportStreams]:
+    async def _target(
+        self, stack: AsyncExitStack
+    ) -> tuple[AbstractAsyncContextManager[TransportStreams], RawCalls | None]:
+        """The transport, and its lean ``tools/call`` path when it has one (stdio)."""
         config = self.config
         if config.url is not None:
             http = await stack.enter_async_context(
@@ -285,11 +326,12 @@ class Upstream:
             )
             return streamable_http_client(
                 config.url, http_client=http, max_sse_event_size=config.max_result_bytes + 65_536
-            )
+            ), None
         assert config.command is not None
         command, *args = config.command
         if command in ("python", "python3"):
             command = sys.executable  # the gateway's own interpreter, venv included
+        calls = RawCalls(on_log=self.relays.logged)
         return bounded_stdio_client(
             StdioServerParameters(
                 command=command,
@@ -298,7 +340,8 @@ class Upstream:
                 cwd=config.cwd,
             ),
             max_line=config.max_result_bytes + _ENVELOPE,
-        )
+            raw=calls,
+        ), calls
 
     async def _list(self, client: Client) -> list[types.Tool]:
         tools: list[types.Tool] = []
@@ -336,6 +379,33 @@ class Upstream:
             self._client = None
             if self._stop is not None:
                 self._stop.set()
+
+
+async def _raw_call(
+    client: Client,
+    raw: RawCalls,
+    name: str,
+    arguments: dict[str, Any],
+    progress: Callable[[float, float | None, str | None], Awaitable[None]] | None,
+) -> dict[str, Any]:
+    """``tools/call`` on the lean path, checked as the SDK's session checks its answer."""
+    session = client.session
+    data: dict[str, Any] = {
+        "method": "tools/call",
+        "params": {"name": name, "arguments": arguments},
+    }
+    session._stamp(data, {})  # the per-request _meta of a 2026-07-28 connection (headers: HTTP's)
+    result = await raw.request("tools/call", data["params"], on_progress=progress)
+    _clamp_inbound_ttl(result)
+    version = session._negotiated_version or "2025-11-25"  # the SDK's own fallback
+    try:
+        _methods.validate_server_result("tools/call", version, result)  # ValidationError if not
+    except KeyError:  # a revision the SDK has no result table for: the model checks it
+        types.CallToolResult.model_validate(result)
+    foreign = _later_revision_fields("tools/call", version)
+    if not foreign.isdisjoint(result):
+        result = {key: value for key, value in result.items() if key not in foreign}
+    return result
 
 
 _ENVELOPE = 4096
