@@ -10,10 +10,10 @@ is outside the seal: approvers record it without the key.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import json
 import logging
+import operator
 import os
 import secrets
 from dataclasses import dataclass, replace
@@ -31,6 +31,13 @@ log = logging.getLogger("guard")
 
 _UNSEALED = ("state", "decided_by", "decided_at", "seal")
 """The decision and the seal itself: everything else about a pending action is sealed."""
+
+_SEALED = tuple(sorted(name for name in PENDING_ACTION_FIELDS if name not in _UNSEALED))
+_facts = operator.attrgetter(*_SEALED)
+# One encoder for every seal: ``json.dumps`` with these options builds a new one per call. The
+# text must stay byte for byte what it was (sorted keys, no spaces, ASCII), or actions filed by
+# an older process stop verifying.
+_FACTS_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=True)
 
 
 _PROCESS_KEY = secrets.token_bytes(32)
@@ -52,14 +59,25 @@ def seal_key(configured: bytes | str | None = None) -> bytes:
 
 def seal(action: PendingAction, key: bytes) -> str:
     """The HMAC of every fact of ``action`` but its decision, as hex."""
-    facts = {name: getattr(action, name) for name in PENDING_ACTION_FIELDS if name not in _UNSEALED}
-    text = json.dumps(facts, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-    return hmac.new(key, text.encode(), hashlib.sha256).hexdigest()
+    text = _FACTS_JSON.encode(dict(zip(_SEALED, _facts(action), strict=True)))
+    return hmac.digest(key, text.encode(), "sha256").hex()
+
+
+_last_sealed: tuple[bytes, PendingAction] | None = None
+"""The action most recently verified, with its key: an approval checks the one it decided on
+resuming and again in this stage. The action is frozen, so the same object verifies the same."""
 
 
 def sealed(action: PendingAction, key: bytes) -> bool:
     """``action``'s facts are those it was filed with, under ``key``."""
-    return hmac.compare_digest(action.seal, seal(action, key))
+    global _last_sealed
+    last = _last_sealed  # one read: another thread may replace it meanwhile, never half of it
+    if last is not None and last[1] is action and last[0] == key:
+        return True
+    if not hmac.compare_digest(action.seal, seal(action, key)):
+        return False
+    _last_sealed = (key, action)
+    return True
 
 
 _ASK = {

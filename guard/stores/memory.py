@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Sequence
 from heapq import heappop, heappush
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
@@ -38,6 +39,7 @@ from guard.stores._rules import (
 from guard.stores.base import (
     ApprovalState,
     ApprovalStore,
+    Ceiling,
     Claim,
     CounterStore,
     IdempotencyStore,
@@ -492,6 +494,29 @@ class MemoryCounterStore(OneStepCounters, _ExpiringMap[_Counter]):
             if counter is None or counter.expires_at < now:
                 return 0
             return counter.value
+
+    def ceilings(self, ceilings: Sequence[Ceiling], *, now: float) -> list[int]:
+        # Every call counts its budget here: one lock and no method call per ceiling (``incr``
+        # and ``get`` inlined) keep the in-process read path cheap.
+        values: list[int] = []
+        with self._lock:
+            if (heap := self._heap) and heap[0][0] < now:
+                self._sweep(now, _SWEEP_BATCH)
+            entries = self._entries
+            for ceiling in ceilings:
+                counter, ttl = entries.get(ceiling.key), ceiling.ttl
+                if ttl is None:  # read only
+                    value = 0 if counter is None or counter.expires_at < now else counter.value
+                elif counter is None:
+                    value = 1
+                    self._put(ceiling.key, _Counter(1, now + ttl), now)
+                else:
+                    value = 1 if counter.expires_at < now else counter.value + 1
+                    counter.value, counter.expires_at = value, now + ttl
+                values.append(value)
+                if value > ceiling.limit:
+                    break
+        return values
 
     def reset(self, key: str) -> None:
         with self._lock:

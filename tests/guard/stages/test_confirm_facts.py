@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import sqlite3
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +28,9 @@ from guard import (
     ToolContext,
     tool,
 )
+from guard.stages.confirm import seal, sealed
 from guard.stores import ApprovalStore, SQLiteApprovalStore, open_sqlite_stores
+from guard.stores.base import PENDING_ACTION_FIELDS, ApprovalState, PendingAction
 
 LATE_DELIVERY = DomainCode(
     "LATE_DELIVERY",
@@ -288,3 +292,57 @@ class TestSeal:
             assert world.runs == []
         finally:
             store.close()
+
+
+def _reference_seal(action: PendingAction, key: bytes) -> str:
+    """The seal as it was first written: actions filed by older processes carry this one."""
+    unsealed = ("state", "decided_by", "decided_at", "seal")
+    facts = {name: getattr(action, name) for name in PENDING_ACTION_FIELDS if name not in unsealed}
+    text = json.dumps(facts, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hmac.new(key, text.encode(), hashlib.sha256).hexdigest()
+
+
+_text = st.text(max_size=12)
+_actions = st.builds(
+    PendingAction,
+    id=_text,
+    session_id=_text,
+    principal_id=_text,
+    role=_text,
+    scopes=st.lists(_text, max_size=3).map(tuple),
+    tool=_text,
+    arguments=_text,
+    fingerprint=_text,
+    proposal_key=_text,
+    call_id=st.none() | _text,
+    reason=_text,
+    created_at=st.floats(allow_nan=False),
+    expires_at=st.floats(allow_nan=False),
+    state=st.sampled_from(ApprovalState),
+    decided_by=st.none() | _text,
+    authenticated=st.booleans(),
+    warnings=_text,
+    sensitive=st.lists(_text, max_size=3).map(tuple),
+)
+
+
+class TestSealText:
+    """The seal's faster path signs the same bytes, and never vouches for an edited copy."""
+
+    @given(action=_actions, key=st.binary(min_size=1, max_size=40))
+    def test_the_seal_is_the_reference_seal(self, action: PendingAction, key: bytes) -> None:
+        """Any facts (non-ASCII text, None, extreme floats, tuples): the seal equals the original."""
+        assert seal(action, key) == _reference_seal(action, key)
+
+    @given(action=_actions, edit=_text)
+    def test_a_verified_action_does_not_vouch_for_an_edited_copy(
+        self, action: PendingAction, edit: str
+    ) -> None:
+        """Verified once, the same object verifies again; a copy with one fact changed does not."""
+        key = b"k" * 32
+        filed = replace(action, seal=seal(action, key))
+        assert sealed(filed, key) and sealed(filed, key)
+        edited = replace(filed, arguments=filed.arguments + edit + "x")
+        assert not sealed(edited, key)
+        assert not sealed(filed, b"another key")
+        assert sealed(filed, key)

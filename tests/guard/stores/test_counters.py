@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from guard.stores import Ceiling, CounterStore, MemoryCounterStore, SQLiteCounterStore
+from guard.stores.base import OneStepCounters, StoreFull
 from guard.stores.redis import RedisCounterStore
 from tests.guard.stores.threads import run_together
 
@@ -275,6 +276,43 @@ class TestCeilings:
             assert store.ceilings(asked, now=0.0) == values
         reads = tuple(prefix + name for name in "xyz")
         assert [store.get(key, now=0.0) for key in reads] == [expected.get(k, 0) for k in reads]
+
+    @settings(max_examples=60, deadline=None)
+    @given(
+        rounds=st.lists(
+            st.tuples(
+                st.floats(0, 5),
+                st.lists(
+                    st.tuples(
+                        st.sampled_from("xyz"),
+                        st.integers(-1, 4),
+                        st.none() | st.sampled_from([0.5, 2.0]),
+                    ),
+                    max_size=4,
+                ),
+            ),
+            max_size=8,
+        ),
+        capacity=st.integers(1, 4),
+    )
+    def test_the_memory_store_agrees_with_the_generic_one(
+        self, rounds: list[tuple[float, list[tuple[str, int, float | None]]]], capacity: int
+    ) -> None:
+        """Expiring, refilled, full: the memory store's one-lock ceilings leave and answer what
+        the generic loop over incr and get does on another memory store."""
+        fast, generic = (MemoryCounterStore(max_entries=capacity) for _ in range(2))
+        now = 0.0
+        for step, ceilings in rounds:
+            now += step
+            asked = [Ceiling(name, limit, ttl) for name, limit, ttl in ceilings]
+            try:
+                expected = OneStepCounters.ceilings(generic, asked, now=now)
+            except StoreFull:
+                with pytest.raises(StoreFull):
+                    fast.ceilings(asked, now=now)
+            else:
+                assert fast.ceilings(asked, now=now) == expected
+            assert [fast.get(k, now=now) for k in "xyz"] == [generic.get(k, now=now) for k in "xyz"]
 
 
 class TestAhead:
