@@ -196,6 +196,10 @@ class Agent:
         hold, deadline = self.dir / "hold", time.monotonic() + 60.0
         while hold.exists() and time.monotonic() < deadline:
             time.sleep(0.01)
+        # Out of the pending phase before the human decides: a harness that touched ``hold`` just
+        # after the check above, then killed this process, must not take a decision made here for
+        # one still pending (it would approve an action this agent had denied).
+        self.phase.set(PHASE_GUARD, self.next)
 
     def _run_decided(self) -> None:
         """An approval the harness decided while this agent's previous incarnation was dead
