@@ -291,6 +291,35 @@ class TestRoundCost:
         assert read_large < large / 4, costs
         assert moved_large <= moved_small + 10, costs
 
+    def test_a_round_reads_the_stored_calls_it_can_change_only(self, tmp_path: Path) -> None:
+        """The same 40-call round on a database four times larger reads no more stored calls:
+        numbering, the calls an OK call frees and the histogram's join read only from where
+        those calls can start (before: 7,681 rows at 1,500 calls stored, 28,648 at 6,000)."""
+        calls = _calls(60_000, seed=11, long_every=4)
+        path = tmp_path / "t.jsonl"
+        path.touch()
+        con = _small_row_groups(tmp_path / "f.duckdb")
+        costs = []
+        try:
+            position = 0
+            for size in (1_500, 6_000):
+                _append(path, [r for c in calls[position:size] for r in spans_of(c)])
+                load(con, [path])
+                stored = con.execute("SELECT count(*) FROM calls").fetchall()[0][0]
+                _append(path, [r for c in calls[size : size + 40] for r in spans_of(c)])
+                counting = _Counting(con)
+                load(counting, [path])  # type: ignore[arg-type]
+                costs.append((stored, counting.scanned["calls"]))
+                position = size + 40
+            followed = _tables(con)
+        finally:
+            con.close()
+        (small, read_small), (large, read_large) = costs
+        assert large > 3.5 * small
+        assert read_large <= 1.5 * read_small + 2 * 2048, costs
+        assert read_large < large / 4, costs
+        assert followed == _bulk(path)
+
 
 class TestReaders:
     def test_a_reader_opens_at_once_during_a_round(
