@@ -31,7 +31,7 @@ import duckdb
 
 from .database import DatabaseBusyError, connect
 from .derive import derive_calls
-from .load import LoadReport, Stat, load
+from .load import LoadReport, Stat, load, rollback
 
 __all__ = ["ROUND_BYTES", "catch_up", "copies", "follow", "prepare", "served"]
 
@@ -122,7 +122,7 @@ def catch_up(con: duckdb.DuckDBPyConnection, other: str | os.PathLike[str]) -> i
             con.execute("INSERT OR REPLACE INTO meta SELECT * FROM other.meta")
             con.execute("COMMIT")
         except BaseException:
-            con.execute("ROLLBACK")
+            rollback(con)
             raise
         return theirs - mine
     finally:

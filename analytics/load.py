@@ -20,6 +20,7 @@ any file, adds nothing.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 import time
@@ -54,6 +55,7 @@ __all__ = [
     "connect",
     "discover_files",
     "load",
+    "rollback",
 ]
 
 _EXCERPT = 200
@@ -350,7 +352,7 @@ def _load_file(
             _save_state(con, path, file_key, compressed, state, end, lines, spans)
             con.execute("COMMIT")
         except BaseException:
-            con.execute("ROLLBACK")
+            rollback(con)
             raise
     return FileReport(
         path=str(path),
@@ -361,6 +363,14 @@ def _load_file(
         complete=complete,
         more=region.limited,
     )
+
+
+def rollback(con: duckdb.DuckDBPyConnection) -> None:
+    """Roll the file's transaction back, if one is still open: a COMMIT that was interrupted
+    (Ctrl-C, ``load --follow`` stopped) has ended it already, and a ROLLBACK then would replace
+    the interrupt with "no transaction is active"."""
+    with contextlib.suppress(duckdb.TransactionException):
+        con.execute("ROLLBACK")
 
 
 def _save_state(

@@ -69,6 +69,33 @@ def _tables(con: duckdb.DuckDBPyConnection) -> dict[str, list[tuple[Any, ...]]]:
     }
 
 
+def _side_tables_hold(con: duckdb.DuckDBPyConnection) -> None:
+    """What the derivation's side tables claim holds of ``calls``: each session's count, first
+    start and last call; no waiting call before its pair's bound; no call longer than the
+    longest."""
+    key = "{'t': start_time, 'n': step IS NULL, 's': coalesce(step, 0), 'i': span_id}"
+    assert (
+        con.execute(
+            "SELECT session, calls, first_start, last FROM call_sessions ORDER BY ALL"
+        ).fetchall()
+        == con.execute(
+            f"SELECT session, count(*), min(start_time), max({key}) FROM calls GROUP BY session "
+            "ORDER BY ALL"
+        ).fetchall()
+    )
+    assert (
+        con.execute(
+            "SELECT count(*) FROM calls AS c WHERE c.next_ok_gap IS NULL AND NOT EXISTS ("
+            "SELECT 1 FROM call_waits AS w WHERE w.session IS NOT DISTINCT FROM c.session "
+            "AND w.tool IS NOT DISTINCT FROM c.tool AND w.since <= c.start_time)"
+        ).fetchall()[0][0]
+        == 0
+    )
+    assert con.execute(
+        "SELECT count(*) FROM calls WHERE duration_ms > (SELECT max(ms) FROM call_longest)"
+    ).fetchall() == [(0,)]
+
+
 def _bulk(path: Path) -> dict[str, list[tuple[Any, ...]]]:
     con = connect(":memory:")
     try:
@@ -158,6 +185,7 @@ class TestSameAsBulk:
                             records.extend(spans)
                     _append(path, records)
                     load(con, [path])
+                    _side_tables_hold(con)
                 followed = _tables(con)
             finally:
                 con.close()
@@ -186,6 +214,25 @@ class TestSameAsBulk:
             con.close()
         assert followed == _bulk(path)
         assert sum(moved) < len(calls), moved  # renumbering the session each round: ~1,600
+
+    def test_a_database_from_before_the_side_tables_goes_on_as_bulk(self, tmp_path: Path) -> None:
+        """A database loaded before ``call_sessions``/``call_waits``/``call_longest`` existed
+        gets them from its calls at its next load, and ends as a bulk load."""
+        path = tmp_path / "t.jsonl"
+        _append(path, [r for c in _BASE[:150] for r in spans_of(c)])
+        con = connect(tmp_path / "f.duckdb")
+        try:
+            load(con, [path])
+            for table in ("call_sessions", "call_waits", "call_longest"):
+                con.execute(f"DROP TABLE {table}")
+            for start in range(150, len(_BASE), 40):
+                _append(path, [r for c in _BASE[start : start + 40] for r in spans_of(c)])
+                load(con, [path])
+                _side_tables_hold(con)
+            followed = _tables(con)
+        finally:
+            con.close()
+        assert followed == _bulk(path)
 
 
 class TestTwoCopies:
@@ -291,6 +338,36 @@ class TestRoundCost:
         assert read_large < large / 4, costs
         assert moved_large <= moved_small + 10, costs
 
+    def test_a_round_reads_the_stored_calls_it_can_change_only(self, tmp_path: Path) -> None:
+        """The same 40-call round on a database four times larger reads no more stored calls:
+        numbering, the calls an OK call frees and the histogram's join read only from where
+        those calls can start (before: 7,681 rows at 1,500 calls stored, 28,648 at 6,000)."""
+        calls = _calls(60_000, seed=11, long_every=4)
+        path = tmp_path / "t.jsonl"
+        path.touch()
+        con = _small_row_groups(tmp_path / "f.duckdb")
+        costs = []
+        try:
+            position = 0
+            for size in (1_500, 6_000):
+                _append(path, [r for c in calls[position:size] for r in spans_of(c)])
+                load(con, [path])
+                stored = con.execute("SELECT count(*) FROM calls").fetchall()[0][0]
+                _append(path, [r for c in calls[size : size + 40] for r in spans_of(c)])
+                counting = _Counting(con)
+                load(counting, [path])  # type: ignore[arg-type]
+                costs.append((stored, counting.scanned["calls"]))
+                _side_tables_hold(con)
+                position = size + 40
+            followed = _tables(con)
+        finally:
+            con.close()
+        (small, read_small), (large, read_large) = costs
+        assert large > 3.5 * small
+        assert read_large <= 1.5 * read_small + 2 * 2048, costs
+        assert read_large < large / 2, costs  # one 2,048-row group
+        assert followed == _bulk(path)
+
 
 class TestReaders:
     def test_a_reader_opens_at_once_during_a_round(
@@ -363,6 +440,34 @@ class TestReaders:
         monkeypatch.setattr(_FOLLOW, "load", interrupted)
         with pytest.raises(raised):
             follow(tmp_path / "db.duckdb", [path], interval=0)
+
+    def test_a_commit_interrupted_raises_the_interrupt(self, tmp_path: Path) -> None:
+        """A COMMIT that DuckDB interrupted has ended the transaction already: the load raises
+        the interrupt (which ``follow`` turns into ``KeyboardInterrupt``), not "cannot rollback -
+        no transaction is active" from the ROLLBACK after it (``load --follow`` stopped by
+        ``bench/freshness.py`` printed that traceback)."""
+        path = tmp_path / "t.jsonl"
+        _append(path, [r for c in _BASE[:5] for r in spans_of(c)])
+
+        class InterruptedCommit:
+            def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+                self._con = con
+
+            def execute(self, sql: str, *args: Any) -> Any:
+                result = self._con.execute(sql, *args)
+                if sql == "COMMIT":
+                    raise RuntimeError("Query interrupted")
+                return result
+
+            def __getattr__(self, name: str) -> Any:
+                return getattr(self._con, name)
+
+        con = connect(tmp_path / "f.duckdb")
+        try:
+            with pytest.raises(RuntimeError, match=r"^Query interrupted$"):
+                load(InterruptedCommit(con), [path])  # type: ignore[arg-type]
+        finally:
+            con.close()
 
     def test_an_existing_database_becomes_the_first_copy(self, tmp_path: Path) -> None:
         """Following a database that exists keeps its spans: it becomes the copy readers open,
