@@ -16,10 +16,11 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import click
+from click.decorators import FC
 
 from guard.approval_view import (
     approval_facts,
@@ -76,7 +77,7 @@ def opened_stores(store: str | None, allow_writable: bool) -> Iterator[Stores]:
         stores.close()
 
 
-_STORE = click.option(
+STORE_OPTION = click.option(
     "--store",
     envvar="CALLGATE_STORE",
     default=None,
@@ -84,13 +85,20 @@ _STORE = click.option(
     help="The SQLite file or redis:// URL the guard or gateway uses (env CALLGATE_STORE).",
 )
 
-_WRITABLE = click.option(
-    "--allow-writable-store",
-    "allow_writable",
-    is_flag=True,
-    help="Open a SQLite store the group or others may write (refused by default: whoever can "
-    "write it can approve actions).",
-)
+
+def writable_option(power: str) -> Callable[[FC], FC]:
+    """``--allow-writable-store``, whose help names what a writer of the file could do."""
+    return click.option(
+        "--allow-writable-store",
+        "allow_writable",
+        is_flag=True,
+        help="Open a SQLite store the group or others may write (refused by default: whoever can "
+        f"write it can {power}).",
+    )
+
+
+_STORE = STORE_OPTION
+_WRITABLE = writable_option("approve actions")
 
 
 @click.group()

@@ -23,7 +23,7 @@ from typing import Any
 
 import click
 
-from callgate.approvals import opened_stores
+from callgate.approvals import STORE_OPTION, opened_stores, writable_option
 from guard.approval_view import visible, visible_json
 from guard.result import Outcome
 from guard.stages.idempotency import settled_by, stored
@@ -103,21 +103,8 @@ def _when(at: float) -> str:
     return datetime.fromtimestamp(at, UTC).isoformat(timespec="seconds")
 
 
-_STORE = click.option(
-    "--store",
-    envvar="CALLGATE_STORE",
-    default=None,
-    metavar="PATH|URL",
-    help="The SQLite file or redis:// URL the guard or gateway uses (env CALLGATE_STORE).",
-)
-
-_WRITABLE = click.option(
-    "--allow-writable-store",
-    "allow_writable",
-    is_flag=True,
-    help="Open a SQLite store the group or others may write (refused by default: whoever can "
-    "write it can settle outcomes).",
-)
+_STORE = STORE_OPTION
+_WRITABLE = writable_option("settle outcomes")
 
 
 @click.group()
