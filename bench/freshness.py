@@ -23,6 +23,9 @@ third is no worse than the first), the rate sent and the rate loaded, the loader
 (VmHWM), the busy opens, and the baseline of the same run: a bulk ``callgate load`` of the same
 span files into a new database, spans/s. Timings, never assertions.
 
+``--profile FILE`` runs the follower under cProfile and writes its stats to FILE when it stops
+(``python -m pstats FILE``): where a round's time goes, at the rate of the run.
+
 ``--tree PATH`` runs the loader (follow and bulk) of another source tree, for the "before":
 ``git archive 251ee73 | tar -x -C /tmp/before && bench/freshness.py --tree /tmp/before``.
 """
@@ -279,9 +282,13 @@ def run(args: argparse.Namespace) -> None:
             env=env,
             stdout=subprocess.DEVNULL,
         )
+        profiled = ["-m", "cProfile", "-o", str(args.profile)] if args.profile else []
         loader = subprocess.Popen(
             [
-                *CALLGATE,
+                sys.executable,
+                *profiled,
+                "-m",
+                "callgate",
                 "load",
                 str(spans_dir),
                 "--db",
@@ -433,6 +440,7 @@ def main() -> None:
     parser.add_argument("--senders", type=int, default=4, help="sending processes")
     parser.add_argument("--tree", type=Path, help="run this source tree's loader instead")
     parser.add_argument("--keep", type=Path, help="copy the span files here (for profiling)")
+    parser.add_argument("--profile", type=Path, help="write the follower's cProfile stats here")
     parser.add_argument("--drain", type=float, default=120, help="seconds to wait for the rest")
     run(parser.parse_args())
 

@@ -58,7 +58,13 @@ def _start(writer_factory: Callable[[], SpanFileWriter], ready: Any) -> None:
     """Worker initializer: its own writer, closed (flushed, fsynced) when the worker exits."""
     global _ingest, _ready
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    writer = writer_factory()
+    try:
+        writer = writer_factory()
+    except BaseException:
+        # The siblings waiting at the barrier learn it now. Left to the executor noticing this
+        # worker's exit, they once waited out _START_TIMEOUT (121 s in a full test run).
+        ready.abort()
+        raise
     # Limits are the receiving process's: it holds the reservation while the body is here.
     _ingest = Ingest(writer, budget=ByteBudget(sys.maxsize))
     _ready = ready
