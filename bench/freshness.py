@@ -24,7 +24,9 @@ third is no worse than the first), the rate sent and the rate loaded, the loader
 span files into a new database, spans/s. Timings, never assertions.
 
 ``--profile FILE`` runs the follower under cProfile and writes its stats to FILE when it stops
-(``python -m pstats FILE``): where a round's time goes, at the rate of the run.
+(``python -m pstats FILE``): where a round's time goes, at the rate of the run. DuckDB's
+statements are opaque to it: ``bench/follow_rounds.py`` replays ``--keep``'s files through the
+follower and times each statement of a round.
 
 ``--tree PATH`` runs the loader (follow and bulk) of another source tree, for the "before":
 ``git archive 251ee73 | tar -x -C /tmp/before && bench/freshness.py --tree /tmp/before``.
