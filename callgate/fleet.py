@@ -18,7 +18,7 @@ from guard.shop import Order, ShopApp, build_shop, shop_policy
 from guard.stores import ApprovalStore
 from guard.testing import ManualClock
 
-__all__ = ["Fleet", "Tally"]
+__all__ = ["Fleet", "Tally", "last_whole_day"]
 
 LOOP_GUARDS = frozenset({Code.LOOP_DETECTED, Code.STEP_LIMIT, Code.VALIDATION_BUDGET_EXHAUSTED})
 DAY = 86_400.0
@@ -97,6 +97,15 @@ def _end(code: ReasonCode) -> str:
     return "refused"
 
 
+def last_whole_day(now: float | None = None) -> float:
+    """The start of the last UTC day that ended at least an hour before ``now`` (default: the
+    time now). A run over it puts its calls at the same times of day whenever it runs, so the
+    shop's daily limits count the same calls (a start an hour later than another changed one
+    decision of 605), and the confirmations still open at its end expire in the past."""
+    ended = ((time.time() if now is None else now) - 3_600) // DAY * DAY
+    return ended - DAY
+
+
 @dataclass
 class Fleet:
     """``sessions`` conversations over the last day, reproducible from ``seed``."""
@@ -107,9 +116,8 @@ class Fleet:
     approvals: ApprovalStore | None = None
     """Where the shop keeps its approvals (None: in memory): the demo's SQLite file, which
     ``callgate trace --store`` and the dashboard read the deciders' names from."""
-    start: float = field(default_factory=lambda: time.time() - DAY - 3_600)
-    """Sessions start over the day after this (by default the day that ended an hour ago, so
-    the confirmations still open at the end expire in the past too)."""
+    start: float = field(default_factory=lambda: last_whole_day())
+    """Sessions start over the day after this (by default :func:`last_whole_day`)."""
 
     def run(self, progress: Callable[[int], None] | None = None) -> Tally:
         rng = random.Random(self.seed)
