@@ -100,8 +100,8 @@ def _end(code: ReasonCode) -> str:
 def last_whole_day(now: float | None = None) -> float:
     """The start of the last UTC day that ended at least an hour before ``now`` (default: the
     time now). A run over it puts its calls at the same times of day whenever it runs, so the
-    shop's daily limits count the same calls (a start an hour later than another changed one
-    decision of 605), and the confirmations still open at its end expire in the past."""
+    shop's daily limits count the same calls (200 sessions made 605 or 606 calls by the hour
+    they ran), and the confirmations still open at its end expire in the past."""
     ended = ((time.time() if now is None else now) - 3_600) // DAY * DAY
     return ended - DAY
 
