@@ -116,7 +116,7 @@ class Fleet:
     approvals: ApprovalStore | None = None
     """Where the shop keeps its approvals (None: in memory): the demo's SQLite file, which
     ``callgate trace --store`` and the dashboard read the deciders' names from."""
-    start: float = field(default_factory=lambda: last_whole_day())
+    start: float = field(default_factory=last_whole_day)
     """Sessions start over the day after this (by default :func:`last_whole_day`)."""
 
     def run(self, progress: Callable[[int], None] | None = None) -> Tally:
