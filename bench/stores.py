@@ -15,6 +15,16 @@ Run: ``python bench/stores.py`` (``--calls 2000 --rounds 3`` by default). Every 
 fresh interpreter; ``--trees OLD NEW`` imports the guard from each source tree in turn (blocks
 alternating), so a change is measured against the code before it in the same run, beside the
 memory and SQLite baselines.
+
+Two more tables, in one process each, since on a small VM the wake-up between two processes
+varies more from one interpreter to the next than a round trip costs:
+
+- **one script or two steps**: Redis blocks of ``--calls`` / 10 calls alternating in one process,
+  with the stores' one-script operations (``claim_after``: the counts and the write's claim;
+  ``decide_then_claim``: an approval's decision and its claim) and with them hidden, so the
+  guard counts, decides and claims in separate round trips as any store does;
+- **the floor**: a bare ``PING`` on the stores' own connection, the least one round trip costs
+  here, so a path that waits *n* times cannot pass 1 / (*n* x PING) calls per second.
 """
 
 from __future__ import annotations
@@ -201,6 +211,78 @@ def _run_block(argv: list[str]) -> None:
         print(_rate_processes(backend, where, path, int(calls), int(n), tag))
 
 
+WAITS = {"read": 1, "propose+approve": 4}
+"""Round trips each path waits for on Redis (``tests/guard/stores/test_redis_wire.py`` counts them)."""
+
+
+def _one_script_or_two_steps(url: str, calls: int, rounds: int) -> dict[str, tuple[float, float]]:
+    """Per path, calls per second with the one-script operations and with them hidden: blocks of
+    ``calls`` alternating ``rounds`` times in this process, medians."""
+    from guard.stores.redis import RedisApprovalStore, RedisIdempotencyStore
+
+    one_step = {
+        RedisIdempotencyStore: RedisIdempotencyStore.claim_after,
+        RedisApprovalStore: RedisApprovalStore.decide_then_claim,
+    }
+    rates: dict[str, tuple[float, float]] = {}
+    for path in PATHS:
+        with _stores("redis", url) as stores:
+            run = _calls(stores, path, f"ab-{path}")
+            for i in range(min(100, calls)):
+                run(10**6 + i)
+            seen: dict[bool, list[float]] = {True: [], False: []}
+            done = 0
+            for round_ in range(rounds):
+                for whole in (True, False) if round_ % 2 else (False, True):
+                    if not whole:  # the guard looks these up per call: hidden, it takes two steps
+                        for cls, method in one_step.items():
+                            delattr(cls, method.__name__)
+                    try:
+                        start = time.perf_counter()
+                        for _ in range(calls):
+                            run(done)
+                            done += 1
+                        seen[whole].append(calls / (time.perf_counter() - start))
+                    finally:
+                        for cls, method in one_step.items():
+                            setattr(cls, method.__name__, method)
+            rates[path] = (statistics.median(seen[True]), statistics.median(seen[False]))
+    return rates
+
+
+def _ping_floor(url: str, calls: int) -> float:
+    """Seconds of one bare PING on the stores' own connection (median of 5 blocks)."""
+    from guard.stores._redis_wire import wire_of
+    from guard.stores.redis import RedisStores
+
+    with _stores("redis", url) as stores:
+        assert isinstance(stores, RedisStores)
+        wire = wire_of(stores.client)  # the connection the stores' own commands take
+        wire.command("PING")
+        blocks = []
+        for _ in range(5):
+            start = time.perf_counter()
+            for _ in range(calls):
+                wire.command("PING")
+            blocks.append((time.perf_counter() - start) / calls)
+    return statistics.median(blocks)
+
+
+def _print_same_process(rates: dict[str, tuple[float, float]], ping: float) -> None:
+    print()
+    print("redis, one process: one script or two steps (blocks alternating)")
+    print(
+        f"{'path':16} {'waits':>5} {'one script':>10} {'two steps':>10} {'ratio':>6} {'floor':>7}"
+    )
+    for path, (whole, split) in rates.items():
+        floor = 1 / (WAITS[path] * ping)
+        print(
+            f"{path:16} {WAITS[path]:5} {whole:10.0f} {split:10.0f} {whole / split:5.2f}x "
+            f"{floor:7.0f}"
+        )
+    print(f"floor: 1 / (waits x PING); a bare PING on the stores' connection: {ping * 1e6:.0f} µs")
+
+
 def main() -> None:
     if sys.argv[1:2] == ["--block"]:
         _run_block(sys.argv[2:])
@@ -230,7 +312,10 @@ def main() -> None:
                             tag = f"t{args.trees.index(tree)}-r{round_}-{n}-{path}-{backend}"
                             rate = _block(tree, backend, where[backend], path, n, args.calls, tag)
                             rates.setdefault((tree, backend, path, n), []).append(rate)
+        same_process = _one_script_or_two_steps(url, max(1, args.calls // 10), 4 * args.rounds)
+        ping = _ping_floor(url, args.calls)
     _print(rates, args)
+    _print_same_process(same_process, ping)
 
 
 def _print(rates: dict[tuple[str | None, str, str, int], list[float]], args: Any) -> None:

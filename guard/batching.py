@@ -25,13 +25,23 @@ from guard.call import Call
 from guard.clock import Clock
 from guard.result import ToolResult
 from guard.stages import BudgetStage, IdempotencyStage, PolicyStage, RuleStage, Stage
-from guard.stores.base import Ceiling, CounterStore
+from guard.stores.base import (
+    Ceiling,
+    Claim,
+    ClaimAsk,
+    ClaimState,
+    CounterStore,
+    IdempotencyStore,
+)
 
 __all__ = ["BatchedStart", "ReadAhead"]
 
 log = logging.getLogger("guard")
 
 _FIELDS = tuple(field.name for field in fields(Call))
+
+ClaimAfter = Callable[..., tuple[list[int], Claim | None]]
+"""A store's ``claim_after`` (``ClaimsAfterCounting``)."""
 
 _NEVER = 2**63 - 1
 """The limit of a counter only read ahead: no value is over it."""
@@ -106,7 +116,16 @@ class BatchedStart:
         except Exception:  # the stage that cannot name them fails in its own place, as in _loop
             loop, reads = None, []
         counted = ceilings if loop is None else [*ceilings, loop]
-        values, refused = self._count(call, budget, before, [*counted, *reads])
+        claims = getattr(idempotency.env.idempotency, "claim_after", None)
+        ask: ClaimAsk | None = None
+        if claims is not None and loop is not None:
+            try:
+                ask = idempotency.ask(call)
+            except Exception:  # the stage fails in its own place, as in _loop
+                ask = None
+        store = idempotency.env.idempotency
+        claiming = None if ask is None or claims is None else (ask, claims, store)
+        values, refused = self._count(call, budget, before, [*counted, *reads], claiming)
         if refused is not None:
             return refused
         if loop is not None:
@@ -117,19 +136,37 @@ class BatchedStart:
         return None
 
     def _count(
-        self, call: Call, budget: BudgetStage, before: list[object], ceilings: list[Ceiling]
+        self,
+        call: Call,
+        budget: BudgetStage,
+        before: list[object],
+        ceilings: list[Ceiling],
+        claiming: tuple[ClaimAsk, ClaimAfter, IdempotencyStore] | None = None,
     ) -> tuple[list[int], ToolResult | None]:
-        """Count ``ceilings`` (one round trip): their values, and the budget's answer if it ends
-        the call (None if it lets the call on), the call then put back as the budget left it."""
+        """Count ``ceilings`` (one round trip), and make the write's claim after them when
+        ``claiming`` says how (``ClaimsAfterCounting``): their values, and the budget's answer if
+        it ends the call (None if it lets the call on), the call then put back as the budget
+        left it. The claim, made only when no ceiling is over its limit, waits in
+        ``call.claim_ahead`` for the idempotency stage."""
+        claim: Claim | None = None
         try:
-            values = self._counters.ceilings(ceilings, now=call.now)
+            if claiming is None:
+                values = self._counters.ceilings(ceilings, now=call.now)
+            else:
+                values, claim = claiming[1](self._counters, ceilings, claiming[0], now=call.now)
             if budget.judge(call, values) is None:
+                if claim is not None:
+                    call.claim_ahead = claim
+                    # Held from here: an interruption before the stage answers still lets it go.
+                    call.claimed = claim.state is ClaimState.CLAIMED
                 return values, None
         except Exception:  # the budget stage failed, as the pipeline's loop records it
             self._undo(call, before)
             failed = self._failed(call, budget)
             call.marks.append(self._clock.time_ns())
             return [], failed
+        if claim is not None and claim.state is ClaimState.CLAIMED and claiming is not None:
+            claiming[2].release(claiming[0].key)  # refused by the budget after all: let it go
         self._undo(call, before)
         refused = budget.judge(call, values)  # again, on the call as the budget left it
         call.marks.append(self._clock.time_ns())

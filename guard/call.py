@@ -15,7 +15,7 @@ from guard.waiting import BLOCKING, Waiter
 if TYPE_CHECKING:
     from guard.provenance import ProvenanceHit
     from guard.registry import Risk, ToolSpec
-    from guard.stores.base import PendingAction
+    from guard.stores.base import Claim, PendingAction
 
 __all__ = ["Call", "Reservation", "RetryRecord", "StageRecord", "stage_outcome"]
 
@@ -86,6 +86,9 @@ class Call:
     """Counter values read ahead with the loop counter (``guard.batching``): the marks the rules
     and the policy stage will read, so they cost no round trip of their own."""
     idempotency_key: str | None = None
+    claim_ahead: Claim | None = None
+    """The store's answer to this write's claim, when the pipeline made it with the budget's
+    ceilings (``ClaimsAfterCounting``); None: the idempotency stage claims itself."""
     claimed: bool = False
     """This call holds the idempotency claim and must complete or release it."""
     approval: PendingAction | None = None

@@ -19,13 +19,14 @@ from guard.refusals import Refusals, check_refusals
 from guard.registry import ToolRegistry, ToolSpec
 from guard.result import Outcome, ToolResult
 from guard.session import Principal
-from guard.stages import Env, Stage, default_chain, reject
+from guard.stages import Env, IdempotencyStage, Stage, default_chain, reject
 from guard.stages.confirm import seal_key, sealed
 from guard.stages.execute import APPLIED_UNSHOWN
 from guard.stages.idempotency import lock_of, stored
 from guard.stores.base import (
     ApprovalState,
     ApprovalStore,
+    ClaimState,
     CounterStore,
     IdempotencyStore,
     PendingAction,
@@ -250,6 +251,8 @@ class Guard:
         if start is not None and stages is self.stages and start.applies(stages):
             return self._loop_batched(call, stages, start)
         if ahead is not None and stages is self._resume_stages and ahead.applies(stages):
+            if call.marks:  # _resume_ahead ran the chain up to its claim already
+                return self._loop(call, stages[ahead.at :], marked=True)
             return self._loop_batched(call, stages, ahead)
         return self._loop(call, stages)
 
@@ -447,22 +450,78 @@ class Guard:
             filed = self.env.approvals.get(approval_id)
             if filed is not None and not sealed(filed, self.env.seal_key):
                 approve, by = False, f"{by} (refused: the action's seal did not verify)"
+            elif filed is not None and (resumed := self._resume_ahead(filed, by)) is not None:
+                return resumed
         action = self.env.approvals.decide(
             approval_id, approve=approve, by=by, now=self.env.clock.now()
         )
         if action is None:
             raise ApprovalNotFound(approval_id)
+        return self._resumed(action)
+
+    def _resumed(self, action: PendingAction) -> tuple[Call, list[Stage]]:
+        """The call that resumes ``action`` as decided, and the chain it takes."""
+        # A seal that does not verify goes straight to confirm, which refuses it: no stage reads
+        # facts someone may have edited (a forged principal, role or scopes) before that.
+        approved = action.state is ApprovalState.APPROVED and sealed(action, self.env.seal_key)
+        stages = self._resume_stages if approved else self._confirm_stages
+        call = self._call_of(action, stages)
+        if self._live:
+            _notify(self.env.observer.call_started, call)
+        return call, stages
+
+    def _resume_ahead(self, filed: PendingAction, by: str) -> tuple[Call, list[Stage]] | None:
+        """On a store that decides and claims in one step (``DecidesThenClaims``: Redis), approve
+        ``filed``, whose seal verified, with one wait: the chain runs up to its claim on the action
+        as filed, then the decision and the claim go to the store together, the claim made only
+        if the action stands approved. None when that cannot apply (then the decision is made
+        first, as on every store): another store, or a stage before the claim ends the call."""
+        decides = getattr(self.env.approvals, "decide_then_claim", None)
+        ahead, stages = self._ahead, self._resume_stages
+        if decides is None or ahead is None or not ahead.applies(stages):
+            return None
+        call = self._call_of(filed, stages)
+        idempotency = stages[ahead.at]
+        assert isinstance(idempotency, IdempotencyStage)
+        if ahead(call, stages) is not None:
+            return None  # decided first, so the refusal comes after the decision, as always
+        try:
+            idempotency.loop(call)  # sets the fingerprint the claim is bound to
+            ask = idempotency.ask(call)
+        except Exception:  # the stage fails in its own place, after the decision
+            return None
+        if ask is None:
+            return None
+        store = idempotency.env.idempotency
+        action, claim = decides(
+            filed.id, approve=True, by=by, now=call.now, idempotency=store, ask=ask
+        )
+        if action is None:
+            raise ApprovalNotFound(filed.id)
+        if (
+            action.state is ApprovalState.APPROVED
+            and action.seal == filed.seal  # the facts the chain ran on: sealed alike, both verified
+            and sealed(action, self.env.seal_key)
+        ):
+            call.approval, call.decision, call.claim_ahead = action, str(action.state), claim
+            # Held from here: an interruption before the idempotency stage answers lets it go.
+            call.claimed = claim is not None and claim.state is ClaimState.CLAIMED
+            if self._live:
+                _notify(self.env.observer.call_started, call)
+            return call, stages
+        if claim is not None and claim.state is ClaimState.CLAIMED:
+            store.release(ask.key)  # not to run after all: the action changed under the decision
+        return self._resumed(action)
+
+    def _call_of(self, action: PendingAction, stages: list[Stage]) -> Call:
+        """A call resuming ``action`` through ``stages``, as it was proposed."""
         principal = Principal(  # as proposed: an anonymous session's write stays anonymous
             id=action.principal_id,
             role=action.role,
             scopes=frozenset(action.scopes),
             authenticated=action.authenticated,
         )
-        # A seal that does not verify goes straight to confirm, which refuses it: no stage reads
-        # facts someone may have edited (a forged principal, role or scopes) before that.
-        approved = action.state is ApprovalState.APPROVED and sealed(action, self.env.seal_key)
-        stages = self._resume_stages if approved else self._confirm_stages
-        call = Call(
+        return Call(
             tool=action.tool,
             raw_arguments=action.arguments,
             call_id=action.call_id,
@@ -476,9 +535,6 @@ class Guard:
             decision=str(action.state),
             spec=self.registry.get(action.tool),
         )
-        if self._live:
-            _notify(self.env.observer.call_started, call)
-        return call, stages
 
 
 class Session:

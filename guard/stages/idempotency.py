@@ -13,7 +13,7 @@ from guard.registry import ToolContext
 from guard.result import Advisory, Outcome, ToolResult
 from guard.session import Principal
 from guard.stages.base import Env, digest, reject
-from guard.stores.base import Ceiling, ClaimState
+from guard.stores.base import Ceiling, ClaimAsk, ClaimState
 
 __all__ = [
     "IdempotencyStage",
@@ -89,20 +89,16 @@ class IdempotencyStage:
                     f"You already made this exact call {seen - 1} times in this conversation. "
                     "Use the previous result instead of calling again.",
                 )
-        if not spec.is_write:
+        ask = self.ask(call)
+        if ask is None:
             return None
-        subject = _subject(call)
-        if call.approval is not None:
-            call.idempotency_key = approval_key(call.approval.id)
-        else:
-            call.idempotency_key = proposal_key(call.session_id, spec.name, subject)
-        lock = lock_key(actor(call.principal, call.session_id), spec.name, subject)
-        claim = env.idempotency.claim(
-            call.idempotency_key,
-            fingerprint,
+        lock = ask.lock
+        claim = call.claim_ahead or env.idempotency.claim(
+            ask.key,
+            ask.fingerprint,
             now=now,
-            lease=env.policy.claim_lease,
-            take_stale=spec.idempotent_backend,
+            lease=ask.lease,
+            take_stale=ask.take_stale,
             lock=lock,
         )
         if claim.holder is not None:  # the answer is about the attempt holding the actor's lock
@@ -138,6 +134,26 @@ class IdempotencyStage:
             call,
             Code.IDEMPOTENCY_CONFLICT,
             "This action was already recorded with different arguments. Do not retry it.",
+        )
+
+    def ask(self, call: Call) -> ClaimAsk | None:
+        """The claim a write makes, its key set on the call; None for a read. The loop counter
+        (``loop``) has set the fingerprint."""
+        assert call.spec is not None and call.fingerprint is not None
+        spec = call.spec
+        if not spec.is_write:
+            return None
+        subject = _subject(call)
+        if call.approval is not None:
+            call.idempotency_key = approval_key(call.approval.id)
+        else:
+            call.idempotency_key = proposal_key(call.session_id, spec.name, subject)
+        return ClaimAsk(
+            key=call.idempotency_key,
+            fingerprint=call.fingerprint,
+            lease=self.env.policy.claim_lease,
+            take_stale=spec.idempotent_backend,
+            lock=lock_key(actor(call.principal, call.session_id), spec.name, subject),
         )
 
     def loop(self, call: Call) -> Ceiling | None:

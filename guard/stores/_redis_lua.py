@@ -25,10 +25,12 @@ __all__ = [
     "ADD_WITHIN",
     "APPROVAL_CREATE",
     "APPROVAL_DECIDE",
+    "APPROVAL_DECIDE_CLAIM",
     "APPROVAL_FILE",
     "APPROVAL_FIND_PENDING",
     "APPROVAL_PURGE",
     "CEILINGS",
+    "CEILINGS_CLAIM",
     "CLAIM",
     "COMPLETE",
     "DEADLINE_PURGE",
@@ -38,52 +40,63 @@ __all__ = [
     "TALLY",
 ]
 
-# KEYS[1] record, KEYS[2] the lock it takes (optional); ARGV fingerprint, now, lease, expires_at
-# (claim_deadline), ttl_ms, take_stale (1 or 0), the unprefixed key. Returns {state, result,
-# holder} ('' where none). A stale claim is left alone unless taken; a lock held by another key
-# answers instead (``_rules.lock_outcome``: its stale claims are never taken), writing nothing.
-CLAIM = """
-local now, lease = tonumber(ARGV[2]), tonumber(ARGV[3])
-local time = redis.call('TIME')  -- the lease clock; kept as text so it reads back exactly
-local leased_at = time[1] .. '.' .. string.format('%06d', tonumber(time[2]))
-local function refusal(key, take_stale)
-    local rec = redis.call('HMGET', key, 'fingerprint', 'result', 'leased_at', 'expires_at')
-    if not rec[1] then return nil end
-    if not rec[2] then
-        if rec[3] and tonumber(rec[3]) + lease >= tonumber(leased_at) then
-            if rec[1] == ARGV[1] then return 'in_flight' end
-            return 'conflict'
+# The claim: ``record`` the key's hash, ``lock`` the lock it takes (nil: none), ``a`` its arguments:
+# fingerprint, now, lease, expires_at (claim_deadline), ttl_ms, take_stale (1 or 0), the unprefixed
+# key. Returns {state, result, holder} ('' where none). A stale claim is left alone unless taken;
+# a lock held by another key answers instead (``_rules.lock_outcome``: its stale claims are never
+# taken), writing nothing.
+_CLAIM = """
+local function claim(record, lock, a)
+    local now, lease = tonumber(a[2]), tonumber(a[3])
+    local time = redis.call('TIME')  -- the lease clock; kept as text so it reads back exactly
+    local leased_at = time[1] .. '.' .. string.format('%06d', tonumber(time[2]))
+    local function refusal(key, take_stale)
+        local rec = redis.call('HMGET', key, 'fingerprint', 'result', 'leased_at', 'expires_at')
+        if not rec[1] then return nil end
+        if not rec[2] then
+            if rec[3] and tonumber(rec[3]) + lease >= tonumber(leased_at) then
+                if rec[1] == a[1] then return 'in_flight' end
+                return 'conflict'
+            end
+            if not take_stale then
+                if rec[1] == a[1] then return 'stale' end
+                return 'conflict'
+            end
+        elseif tonumber(rec[4]) >= now then
+            if rec[1] ~= a[1] then return 'conflict' end
+            return 'completed', rec[2]
         end
-        if not take_stale then
-            if rec[1] == ARGV[1] then return 'stale' end
-            return 'conflict'
+        return nil
+    end
+    local state, result = refusal(record, a[6] == '1')
+    if state then return {state, result or '', ''} end
+    if lock then
+        local holder = redis.call('HGET', lock, 'holder')
+        if holder ~= a[7] then
+            state, result = refusal(lock, false)
+            if state then return {state, result or '', holder or ''} end
         end
-    elseif tonumber(rec[4]) >= now then
-        if rec[1] ~= ARGV[1] then return 'conflict' end
-        return 'completed', rec[2]
+        redis.call('DEL', lock)
+        redis.call('HSET', lock, 'fingerprint', a[1], 'claimed_at', a[2],
+            'leased_at', leased_at, 'expires_at', a[4], 'holder', a[7])
+        redis.call('PEXPIRE', lock, a[5])
     end
-    return nil
+    redis.call('DEL', record)
+    redis.call('HSET', record, 'fingerprint', a[1], 'claimed_at', a[2],
+        'leased_at', leased_at, 'expires_at', a[4])
+    if lock then redis.call('HSET', record, 'lock', lock) end
+    redis.call('PEXPIRE', record, a[5])
+    return {'claimed', '', ''}
 end
-local state, result = refusal(KEYS[1], ARGV[6] == '1')
-if state then return {state, result or '', ''} end
-if KEYS[2] then
-    local holder = redis.call('HGET', KEYS[2], 'holder')
-    if holder ~= ARGV[7] then
-        state, result = refusal(KEYS[2], false)
-        if state then return {state, result or '', holder or ''} end
-    end
-    redis.call('DEL', KEYS[2])
-    redis.call('HSET', KEYS[2], 'fingerprint', ARGV[1], 'claimed_at', ARGV[2],
-        'leased_at', leased_at, 'expires_at', ARGV[4], 'holder', ARGV[7])
-    redis.call('PEXPIRE', KEYS[2], ARGV[5])
-end
-redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], 'fingerprint', ARGV[1], 'claimed_at', ARGV[2],
-    'leased_at', leased_at, 'expires_at', ARGV[4])
-if KEYS[2] then redis.call('HSET', KEYS[1], 'lock', KEYS[2]) end
-redis.call('PEXPIRE', KEYS[1], ARGV[5])
-return {'claimed', '', ''}
 """
+
+# KEYS[1] record, KEYS[2] the lock it takes (optional); ARGV the claim's arguments (``_CLAIM``).
+CLAIM = (
+    _CLAIM
+    + """
+return claim(KEYS[1], KEYS[2], ARGV)
+"""
+)
 
 # The in-flight lock the record KEYS[1] holds, if it still holds it (ARGV[n] its unprefixed key).
 _HELD = """
@@ -161,15 +174,29 @@ end
 return removed
 """
 
-# Add to a counter: an expired one restarts from zero, as if purged. Returns the new value as
-# text: HINCRBY keeps 64-bit integers exact in the hash, but its reply reaches Lua as a double,
-# which rounds past 2**53 (returning it rounded was a defect of the first INCR).
+# Add to a counter: an expired one restarts from zero, as if purged. Returns the new value: a
+# number while it is below 2**53, which a double (Lua's only number) holds exactly, and past that
+# the hash's text (HINCRBY keeps 64-bit integers exact in the hash, but its reply reaches Lua as a
+# double, which rounds past 2**53: returning it rounded was a defect of the first INCR). Three
+# server calls for a counter in that range: every call inside a script costs the server more
+# than the work it does.
 _BUMP = """
+local function exact(x)  -- an integer a double holds exactly
+    return x and x > -2^53 and x < 2^53 and x == math.floor(x)
+end
 local function bump(key, amount, now, expires_at, ttl_ms)
-    local deadline = redis.call('HGET', key, 'expires_at')
-    if not deadline or tonumber(deadline) < now then
-        redis.call('HSET', key, 'value', 0)
+    local rec = redis.call('HMGET', key, 'value', 'expires_at')
+    local live = rec[1] and rec[2] and tonumber(rec[2]) >= now
+    local before, add = 0, tonumber(amount)
+    if live then before = tonumber(rec[1]) end
+    if exact(before) and exact(add) and exact(before + add) then
+        local value = before + add
+        redis.call('HSET', key, 'value', string.format('%d', value), 'expires_at', expires_at)
+        redis.call('PEXPIRE', key, ttl_ms)
+        return value
     end
+    -- Past 2**53, or not an integer (HINCRBY refuses it, as it always did): the hash adds.
+    if not live then redis.call('HSET', key, 'value', 0) end
     redis.call('HINCRBY', key, 'value', amount)
     redis.call('HSET', key, 'expires_at', expires_at)
     redis.call('PEXPIRE', key, ttl_ms)
@@ -205,28 +232,58 @@ return out
 """
 )
 
-# KEYS the counters, in order; ARGV now, then limit, expires_at and ttl_ms per counter (expires_at
-# '' for a counter only read). Counts (adds 1 to) or reads each, stopping after the first whose
-# value is over its limit (``CounterStore.ceilings``). Returns the values reached, as text.
+# Count (add 1 to) or read each counter of ``keys`` in order, stopping after the first whose value
+# is over its limit (``CounterStore.ceilings``); ``a`` holds now, then limit, expires_at and ttl_ms
+# per counter (expires_at '' for a counter only read). Returns the values reached, and whether
+# every counter was reached with none over its limit.
+_COUNT = """
+local function count(keys, a)
+    local now = tonumber(a[1])
+    local out = {}
+    for i = 1, #keys do
+        local at = 3 * i - 1
+        local value
+        if a[at + 1] == '' then
+            local rec = redis.call('HMGET', keys[i], 'value', 'expires_at')
+            value = '0'
+            if rec[1] and rec[2] and tonumber(rec[2]) >= now then value = rec[1] end
+        else
+            value = bump(keys[i], 1, now, a[at + 1], a[at + 2])
+        end
+        out[i] = value
+        if tonumber(value) > tonumber(a[at]) then return out, false end
+    end
+    return out, true
+end
+"""
+
+# KEYS the counters, in order; ARGV now, then limit, expires_at and ttl_ms per counter. Returns the
+# values reached (``_COUNT``).
 CEILINGS = (
     _BUMP
+    + _COUNT
     + """
-local now = tonumber(ARGV[1])
-local out = {}
-for i = 1, #KEYS do
-    local at = 3 * i - 1
-    local value
-    if ARGV[at + 1] == '' then
-        local rec = redis.call('HMGET', KEYS[i], 'value', 'expires_at')
-        value = '0'
-        if rec[1] and rec[2] and tonumber(rec[2]) >= now then value = rec[1] end
-    else
-        value = bump(KEYS[i], 1, now, ARGV[at + 1], ARGV[at + 2])
-    end
-    out[i] = value
-    if tonumber(value) > tonumber(ARGV[at]) then break end
-end
+local out = count(KEYS, ARGV)
 return out
+"""
+)
+
+# KEYS the n counters, then the claim's record and the lock it takes (optional); ARGV n, then
+# CEILINGS's ARGV, then CLAIM's. Counts the ceilings and, only if none is over its limit, claims
+# (``RedisIdempotencyStore.claim_after``). Returns {values reached, the claim's reply or {}}.
+CEILINGS_CLAIM = (
+    _BUMP
+    + _COUNT
+    + _CLAIM
+    + """
+local n = tonumber(ARGV[1])
+local counters, counting, claiming = {}, {}, {}
+for i = 1, n do counters[i] = KEYS[i] end
+for i = 2, 3 * n + 2 do counting[i - 1] = ARGV[i] end
+for i = 3 * n + 3, #ARGV do claiming[#claiming + 1] = ARGV[i] end
+local out, under = count(counters, counting)
+if not under then return {out, {}} end
+return {out, claim(KEYS[n + 1], KEYS[n + 2], claiming)}
 """
 )
 
@@ -273,25 +330,51 @@ return 1
 """
 )
 
-# KEYS[1] action; ARGV approve ('1' or '0'), by, now, retention, index key prefix, grace.
-# Returns the action's fields as they stand afterwards, or nil if unknown.
+# Decide the action under ``key``; ``a`` holds approve ('1' or '0'), by, now, retention, index key
+# prefix, grace. Returns the action's fields as they stand afterwards, or nil if unknown.
+_DECIDE = """
+local function decide(key, a)
+    local f = redis.call('HMGET', key, 'state', 'expires_at', 'proposal_key')
+    if not f[1] then return nil end
+    if f[1] ~= 'pending' then return redis.call('HGETALL', key) end
+    local now = tonumber(a[3])
+    if tonumber(f[2]) < now then
+        redis.call('HSET', key, 'state', 'expired', 'decided_at', a[3])
+    else
+        local state = 'denied'
+        if a[1] == '1' then state = 'approved' end
+        redis.call('HSET', key, 'state', state, 'decided_by', a[2], 'decided_at', a[3])
+    end
+    local deadline = purge_at(key, tonumber(a[4]))
+    keep_until(key, a[5] .. f[3], deadline, now, tonumber(a[6]))
+    return redis.call('HGETALL', key)
+end
+"""
+
+# KEYS[1] action; ARGV ``_DECIDE``'s. The action's fields afterwards, or nil if unknown.
 APPROVAL_DECIDE = (
     _PURGE_AT
+    + _DECIDE
     + """
-local f = redis.call('HMGET', KEYS[1], 'state', 'expires_at', 'proposal_key')
-if not f[1] then return nil end
-if f[1] ~= 'pending' then return redis.call('HGETALL', KEYS[1]) end
-local now = tonumber(ARGV[3])
-if tonumber(f[2]) < now then
-    redis.call('HSET', KEYS[1], 'state', 'expired', 'decided_at', ARGV[3])
-else
-    local state = 'denied'
-    if ARGV[1] == '1' then state = 'approved' end
-    redis.call('HSET', KEYS[1], 'state', state, 'decided_by', ARGV[2], 'decided_at', ARGV[3])
-end
-local deadline = purge_at(KEYS[1], tonumber(ARGV[4]))
-keep_until(KEYS[1], ARGV[5] .. f[3], deadline, now, tonumber(ARGV[6]))
-return redis.call('HGETALL', KEYS[1])
+return decide(KEYS[1], ARGV)
+"""
+)
+
+# KEYS[1] action, then the claim's record and the lock it takes (optional); ARGV ``_DECIDE``'s six,
+# then ``_CLAIM``'s. Decides and, only if the action stands approved afterwards, claims
+# (``RedisApprovalStore.decide_then_claim``). Returns {the fields, the claim's reply or {}}, or nil.
+APPROVAL_DECIDE_CLAIM = (
+    _PURGE_AT
+    + _DECIDE
+    + _CLAIM
+    + """
+local deciding, claiming = {}, {}
+for i = 1, 6 do deciding[i] = ARGV[i] end
+for i = 7, #ARGV do claiming[#claiming + 1] = ARGV[i] end
+local fields = decide(KEYS[1], deciding)
+if not fields then return nil end
+if redis.call('HGET', KEYS[1], 'state') ~= 'approved' then return {fields, {}} end
+return {fields, claim(KEYS[2], KEYS[3], claiming)}
 """
 )
 

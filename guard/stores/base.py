@@ -18,8 +18,11 @@ __all__ = [
     "ApprovalStore",
     "Ceiling",
     "Claim",
+    "ClaimAsk",
     "ClaimState",
+    "ClaimsAfterCounting",
     "CounterStore",
+    "DecidesThenClaims",
     "IdempotencyStore",
     "KeyRecord",
     "OneStepCounters",
@@ -247,6 +250,49 @@ class Ceiling:
     """The call stops once the counter's value is over this."""
     ttl: float | None = None
     """Add 1 with this expiry; None: read the value (0 if absent or expired), change nothing."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ClaimAsk:
+    """A claim a write will make (``IdempotencyStore.claim``'s arguments), asked ahead: a store
+    that can make it with the counts before it (``ClaimsAfterCounting``) saves the write a wait."""
+
+    key: str
+    fingerprint: str
+    lease: float
+    take_stale: bool
+    lock: str | None
+
+
+class ClaimsAfterCounting(Protocol):
+    """An idempotency store that counts a call's ceilings and then claims, in one step (Redis: one
+    script, one round trip). Optional: the pipeline looks for ``claim_after`` and otherwise counts
+    and claims in two steps, as every store can."""
+
+    def claim_after(
+        self, counters: CounterStore, ceilings: Sequence[Ceiling], ask: ClaimAsk, *, now: float
+    ) -> tuple[list[int], Claim | None]:
+        """``counters.ceilings(ceilings)``, then, only if every ceiling was reached and none is
+        over its limit, ``claim`` as ``ask`` says: the values, and the claim (None if not made)."""
+
+
+class DecidesThenClaims(Protocol):
+    """An approval store that decides and, when the action stands approved, makes its run's claim
+    in one step (Redis: one script, one round trip). Optional, as ``ClaimsAfterCounting``."""
+
+    def decide_then_claim(
+        self,
+        approval_id: str,
+        *,
+        approve: bool,
+        by: str,
+        now: float,
+        idempotency: IdempotencyStore,
+        ask: ClaimAsk,
+    ) -> tuple[PendingAction | None, Claim | None]:
+        """``decide``, then, only if the action stands approved afterwards, ``idempotency.claim``
+        as ``ask`` says: the action as it stands (None if unknown), and the claim (None if not
+        made)."""
 
 
 class CounterStore(Protocol):

@@ -8,7 +8,10 @@ How the guarantees are kept:
 - **Atomic read-decide-write**: every operation that reads before it writes (claims, decisions,
   counters) is one Lua script (``guard.stores._redis_lua``), run by its hash (``EVALSHA``, with
   ``EVAL`` when the server answers ``NOSCRIPT``), so no two hosts can both see a key free and
-  take it. Every store operation is one command: one round trip.
+  take it. Every store operation is one command: one round trip. Two cross the stores, since
+  they share the server: ``RedisIdempotencyStore.claim_after`` counts a call's ceilings and then
+  claims, and ``RedisApprovalStore.decide_then_claim`` decides and then claims, each claim made
+  only when what comes before it lets the call on (``guard.batching``, ``Guard.approve``).
 - **Writes nobody waits for**: ``complete``, ``release`` and ``reset`` return nothing, and a
   failure of any of them is safe to learn late (a claim left in flight goes stale and refuses
   repeats; a counter left in place only refuses more), so they are sent without waiting and their
@@ -57,8 +60,11 @@ from guard.stores.base import (
     ApprovalStore,
     Ceiling,
     Claim,
+    ClaimAsk,
+    ClaimsAfterCounting,
     ClaimState,
     CounterStore,
+    DecidesThenClaims,
     IdempotencyStore,
     KeyRecord,
     PendingAction,
@@ -97,8 +103,10 @@ _ADD_WITHIN = Script("add_within", lua.ADD_WITHIN)
 _RESET = Script("reset", lua.RESET)
 _TALLY = Script("tally", lua.TALLY)
 _CEILINGS = Script("ceilings", lua.CEILINGS)
+_CEILINGS_CLAIM = Script("ceilings_claim", lua.CEILINGS_CLAIM)
 _APPROVAL_CREATE = Script("approval_create", lua.APPROVAL_CREATE)
 _APPROVAL_DECIDE = Script("approval_decide", lua.APPROVAL_DECIDE)
+_APPROVAL_DECIDE_CLAIM = Script("approval_decide_claim", lua.APPROVAL_DECIDE_CLAIM)
 _APPROVAL_FIND_PENDING = Script("approval_find_pending", lua.APPROVAL_FIND_PENDING)
 _APPROVAL_FILE = Script("approval_file", lua.APPROVAL_FILE)
 _APPROVAL_PURGE = Script("approval_purge", lua.APPROVAL_PURGE)
@@ -159,6 +167,16 @@ class _RedisStore:
             yield batch
 
 
+def _claim(reply: Sequence[bytes | str]) -> Claim:
+    """A CLAIM script's reply, {state, result, holder}, as a ``Claim``."""
+    state, holder = ClaimState(_text(reply[0])), _text(reply[2])
+    if state is ClaimState.COMPLETED:
+        return Claim(state=state, result=_text(reply[1]), holder=holder or None)
+    if holder:
+        return Claim(state=state, holder=holder)
+    return _CLAIMS[state]
+
+
 class RedisIdempotencyStore(_RedisStore):
     """Claims and results as hashes; a claim is one script, atomic across hosts."""
 
@@ -179,17 +197,49 @@ class RedisIdempotencyStore(_RedisStore):
         take_stale: bool = True,
         lock: str | None = None,
     ) -> Claim:
-        expires_at = claim_deadline(now=now, lease=lease)
-        args = [fingerprint, repr(now), repr(lease), repr(expires_at)]
+        ask = ClaimAsk(
+            key=key, fingerprint=fingerprint, lease=lease, take_stale=take_stale, lock=lock
+        )
+        keys, args = self._claim_args(ask, now)
+        return _claim(self._wire.run(_CLAIM, keys, args))
+
+    def claim_after(
+        self,
+        counters: CounterStore,
+        ceilings: Sequence[Ceiling],
+        ask: ClaimAsk,
+        *,
+        now: float,
+    ) -> tuple[list[int], Claim | None]:
+        """Count ``ceilings`` and, if none is over its limit, claim: one script, one round trip,
+        when ``counters`` is a Redis counter store on this store's connection; two steps else."""
+        if not isinstance(counters, RedisCounterStore) or counters._wire is not self._wire:
+            values = counters.ceilings(ceilings, now=now)
+            if len(values) < len(ceilings) or (ceilings and values[-1] > ceilings[-1].limit):
+                return values, None
+            return values, self.claim(
+                ask.key,
+                ask.fingerprint,
+                now=now,
+                lease=ask.lease,
+                take_stale=ask.take_stale,
+                lock=ask.lock,
+            )
+        counted, counting = counters._ceiling_args(ceilings, now)
+        claimed, claiming = self._claim_args(ask, now)
+        args = [len(counted), *counting, *claiming]
+        values, reply = self._wire.run(_CEILINGS_CLAIM, [*counted, *claimed], args)
+        return [int(value) for value in values], _claim(reply) if reply else None
+
+    def _claim_args(self, ask: ClaimAsk, now: float) -> tuple[list[str], list[str | int]]:
+        """The CLAIM script's keys and arguments for ``ask`` at ``now``."""
+        expires_at = claim_deadline(now=now, lease=ask.lease)
         ttl_ms = _ttl_ms(expires_at, now, self._grace)
-        keys = [self._key(key)] if lock is None else [self._key(key), self._key(lock)]
-        reply = self._wire.run(_CLAIM, keys, [*args, ttl_ms, int(take_stale), key])
-        state, holder = ClaimState(_text(reply[0])), _text(reply[2])
-        if state is ClaimState.COMPLETED:
-            return Claim(state=state, result=_text(reply[1]), holder=holder or None)
-        if holder:
-            return Claim(state=state, holder=holder)
-        return _CLAIMS[state]
+        keys = [self._key(ask.key)]
+        if ask.lock is not None:
+            keys.append(self._key(ask.lock))
+        args: list[str | int] = [ask.fingerprint, repr(now), repr(ask.lease), repr(expires_at)]
+        return keys, [*args, ttl_ms, int(ask.take_stale), ask.key]
 
     def complete(self, key: str, fingerprint: str, result: str, *, now: float, ttl: float) -> None:
         expires_at = now + ttl
@@ -362,16 +412,52 @@ class RedisApprovalStore(_RedisStore):
     def decide(
         self, approval_id: str, *, approve: bool, by: str, now: float
     ) -> PendingAction | None:
-        args = [
-            "1" if approve else "0",
-            by,
-            repr(now),
-            repr(self._retention),
-            self._index,
-            repr(self._grace),
-        ]
+        args = self._decide_args(approve, by, now)
         reply = self._wire.run(_APPROVAL_DECIDE, [self._key(approval_id)], args)
         return None if reply is None else _approval(_from_pairs(reply))
+
+    def decide_then_claim(
+        self,
+        approval_id: str,
+        *,
+        approve: bool,
+        by: str,
+        now: float,
+        idempotency: IdempotencyStore,
+        ask: ClaimAsk,
+    ) -> tuple[PendingAction | None, Claim | None]:
+        """Decide and, if the action stands approved, claim: one script, one round trip, when
+        ``idempotency`` is a Redis store on this store's connection; two steps else."""
+        if (
+            not isinstance(idempotency, RedisIdempotencyStore)
+            or idempotency._wire is not self._wire
+        ):
+            action = self.decide(approval_id, approve=approve, by=by, now=now)
+            if action is None or action.state is not ApprovalState.APPROVED:
+                return action, None
+            claim = idempotency.claim(
+                ask.key,
+                ask.fingerprint,
+                now=now,
+                lease=ask.lease,
+                take_stale=ask.take_stale,
+                lock=ask.lock,
+            )
+            return action, claim
+        claimed, claiming = idempotency._claim_args(ask, now)
+        keys = [self._key(approval_id), *claimed]
+        reply = self._wire.run(
+            _APPROVAL_DECIDE_CLAIM, keys, [*self._decide_args(approve, by, now), *claiming]
+        )
+        if reply is None:
+            return None, None
+        fields, claim = reply
+        return _approval(_from_pairs(fields)), _claim(claim) if claim else None
+
+    def _decide_args(self, approve: bool, by: str, now: float) -> list[str]:
+        """The decision's arguments, as the DECIDE script reads them."""
+        retention, grace = repr(self._retention), repr(self._grace)
+        return ["1" if approve else "0", by, repr(now), retention, self._index, grace]
 
     def purge(self, now: float) -> int:
         """Delete actions past retention that Redis has not expired itself (may return 0)."""
@@ -417,6 +503,13 @@ class RedisCounterStore(_RedisStore):
         return [int(value) for value in self._wire.run(_TALLY, keys, args)]
 
     def ceilings(self, ceilings: Sequence[Ceiling], *, now: float) -> list[int]:
+        keys, args = self._ceiling_args(ceilings, now)
+        return [int(value) for value in self._wire.run(_CEILINGS, keys, args)]
+
+    def _ceiling_args(
+        self, ceilings: Sequence[Ceiling], now: float
+    ) -> tuple[list[str], list[str | int]]:
+        """The CEILINGS script's keys and arguments for ``ceilings`` at ``now``."""
         keys = [self._key(ceiling.key) for ceiling in ceilings]
         args: list[str | int] = [repr(now)]
         for ceiling in ceilings:
@@ -425,7 +518,7 @@ class RedisCounterStore(_RedisStore):
             else:
                 expires_at = now + ceiling.ttl
                 args += [ceiling.limit, repr(expires_at), _ttl_ms(expires_at, now, self._grace)]
-        return [int(value) for value in self._wire.run(_CEILINGS, keys, args)]
+        return keys, args
 
     def ahead(self, keys: Sequence[str], *, now: float) -> dict[str, int]:
         found: dict[str, int] = {}
@@ -532,3 +625,5 @@ if TYPE_CHECKING:
     _idempotency: type[IdempotencyStore] = RedisIdempotencyStore
     _approvals: type[ApprovalStore] = RedisApprovalStore
     _counters: type[CounterStore] = RedisCounterStore
+    _claims_after: type[ClaimsAfterCounting] = RedisIdempotencyStore
+    _decides_then_claims: type[DecidesThenClaims] = RedisApprovalStore

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from guard import ToolResult
 from guard.call import Call
 from guard.shop import ShopApp, build_shop, shop_policy
-from guard.stores import MemoryCounterStore
+from guard.stores import Ceiling, ClaimAsk, MemoryCounterStore
 from guard.stores.redis import RedisStores, open_redis_stores
 from guard.testing import ManualClock
 
@@ -228,3 +228,94 @@ class TestStoreFailure:
         assert (result.code, result.outcome) == ("INTERNAL_ERROR", "not_applied")
         assert [s.name for s in seen.ended[-1].stages] == ["budget"]
         assert seen.ended[-1].spec is None and shop.backend.side_effects == 0
+
+
+class TestClaimAfter:
+    """A write's claim made in the counting script (``RedisIdempotencyStore.claim_after``)."""
+
+    def test_a_write_the_budget_refuses_claims_nothing(self, redis_client: redis.Redis) -> None:
+        """Over the step limit, a refund ends at the budget: no claim, no lock, nothing filed
+        or run, so the same refund in another session is not held up by it."""
+        prefix = f"c{uuid.uuid4().hex}:"
+        stores = open_redis_stores(redis_client, prefix=prefix)
+        shop = shop_with(
+            stores.counters,
+            EndedCalls(),
+            idempotency=stores.idempotency,
+            approvals=stores.approvals,
+        )
+        try:
+            session = shop.session("over", "CUS-1")
+            for step in range(14):  # reads and their loop refusals: every one takes a step
+                if step % 5 == 0:
+                    session.next_turn()
+                session.execute(*CALLS["read" if step % 2 else "read_other"])
+            session.next_turn()
+            refused = session.execute(*CALLS["refund"])
+            assert refused.code == "STEP_LIMIT"
+            assert list(redis_client.scan_iter(match=f"{prefix}idem:*")) == []
+            other = shop.session("fresh", "CUS-1")
+            assert other.execute(*CALLS["read"]).ok
+            assert other.execute(*CALLS["refund"]).approval_id is not None
+        finally:
+            stores.close()
+        assert shop.backend.side_effects == 0
+
+    @settings(
+        max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    )
+    @given(
+        limits=st.lists(
+            st.tuples(st.integers(-1, 3), st.integers(0, 4), st.booleans()), max_size=4
+        ),
+        before=st.sampled_from(["none", "in_flight", "completed", "other", "locked"]),
+        take_stale=st.booleans(),
+        with_lock=st.booleans(),
+    )
+    def test_one_script_answers_as_counting_then_claiming(
+        self,
+        redis_client: redis.Redis,
+        redis_url: str,
+        limits: list[tuple[int, int, bool]],
+        before: str,
+        take_stale: bool,
+        with_lock: bool,
+    ) -> None:
+        """The same ceilings and claim, from the same state, on the one script and on two steps
+        (counters on another connection: counted, then claimed): the same values, the same
+        claim, and the same keys left behind."""
+        other_client = redis.Redis.from_url(redis_url)
+        answers, states = [], []
+        try:
+            for client in (redis_client, other_client):
+                prefix = f"d{uuid.uuid4().hex}:"
+                stores = open_redis_stores(redis_client, prefix=prefix)
+                counters = open_redis_stores(client, prefix=prefix).counters
+                ceilings = []
+                for i, (limit, preload, counted) in enumerate(limits):
+                    if preload:
+                        counters.incr(f"c{i}", preload, now=0.0, ttl=60.0)
+                    ceilings.append(Ceiling(f"c{i}", limit, 60.0 if counted else None))
+                idem = stores.idempotency
+                lock = "l" if with_lock else None
+                if before in ("in_flight", "completed"):
+                    idem.claim("k", "f", now=0.0, lease=30.0)
+                if before == "completed":
+                    idem.complete("k", "f", '"done"', now=0.0, ttl=60.0)
+                if before == "other":
+                    idem.claim("k", "g", now=0.0, lease=30.0)
+                if before == "locked" and lock is not None:
+                    idem.claim("k2", "f", now=0.0, lease=30.0, lock=lock)
+                ask = ClaimAsk(
+                    key="k", fingerprint="f", lease=30.0, take_stale=take_stale, lock=lock
+                )
+                answers.append(idem.claim_after(counters, ceilings, ask, now=1.0))
+                keys = sorted(
+                    k.decode()[len(prefix) :] for k in redis_client.scan_iter(f"{prefix}*")
+                )
+                states.append(keys)
+                stores.close()
+        finally:
+            other_client.close()
+        assert answers[0] == answers[1]
+        assert states[0] == states[1]

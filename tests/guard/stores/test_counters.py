@@ -61,6 +61,17 @@ class TestIncr:
         assert store.incr("big", 2**62 + 1, now=0.0, ttl=TTL) == 2**62 + 1
         assert store.incr("big", now=0.0, ttl=TTL) == 2**62 + 2
 
+    @pytest.mark.parametrize("sign", [1, -1])
+    def test_incr_stays_exact_across_2_53(self, store: CounterStore, sign: int) -> None:
+        """Redis adds in Lua below 2**53 and in the hash past it: every value across the edge,
+        either way, comes back exact, and reads back as it was returned."""
+        start = sign * (2**53 - 2)
+        assert store.incr("edge", start, now=0.0, ttl=TTL) == start
+        seen = [store.incr("edge", sign, now=0.0, ttl=TTL) for _ in range(3)]
+        assert seen == [start + sign * step for step in (1, 2, 3)]
+        assert store.get("edge", now=0.0) == start + sign * 3
+        assert store.incr("edge", -sign * 3, now=0.0, ttl=TTL) == start
+
     def test_counters_are_independent(self, store: CounterStore) -> None:
         """Keys do not share values."""
         store.incr("a", 5, now=0.0, ttl=TTL)

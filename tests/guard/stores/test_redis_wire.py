@@ -10,9 +10,20 @@ from typing import Any
 
 import pytest
 import redis
+from pydantic import BaseModel, ConfigDict
 from redis.connection import Connection
 
-from guard import ConfigurationError, Policy, Principal, RolePolicy
+from guard import (
+    ConfigurationError,
+    Effect,
+    Guard,
+    Policy,
+    Principal,
+    Risk,
+    RolePolicy,
+    ToolContext,
+    tool,
+)
 from guard.shop import Order, ShopApp, build_shop
 from guard.stores import ClaimState
 from guard.stores.redis import RedisStores, open_redis_stores
@@ -92,13 +103,13 @@ class TestRoundTrips:
         assert round_trips(events) == 1
         assert events.count("send") == 1  # one command, no mark repeated
 
-    def test_propose_and_approve_wait_six_times(
+    def test_propose_and_approve_wait_four_times(
         self, counted: tuple[RedisStores, list[str]]
     ) -> None:
-        """A refund proposed (3 waits: the counts with the marks the rules and policy read, the
-        claim, the pending action filed) and approved (3: the action read, decided, then the
-        claim with the marks read ahead riding along) runs once; results, marks and the
-        release unawaited."""
+        """A refund proposed (2 waits: the counts with the marks the rules and policy read and
+        the claim after them, in one script; the pending action filed) and approved (2: the
+        action read for its seal; the decision with the claim after it, in one script, the
+        marks read ahead riding along) runs once; results, marks and the release unawaited."""
         stores, events = counted
         shop = shop_on(stores)
         session = shop.guard.session("s1", CLERK)
@@ -109,8 +120,43 @@ class TestRoundTrips:
         proposed = round_trips(events)
         events.clear()
         assert shop.guard.approve(pending.approval_id, by="alice").ok
-        assert (proposed, round_trips(events)) == (3, 3)
+        assert (proposed, round_trips(events)) == (2, 2)
         assert shop.backend.side_effects == 1
+
+    def test_a_write_no_human_confirms_waits_once(
+        self, counted: tuple[RedisStores, list[str]]
+    ) -> None:
+        """A low-risk write: its counts and its claim in one script, the result recorded
+        unawaited, so it waits once; its repeat waits once too and replays."""
+        stores, events = counted
+        notes: list[str] = []
+
+        class Note(BaseModel):
+            model_config = ConfigDict(extra="forbid")
+            text: str
+
+        @tool(arguments=Note, effect=Effect.WRITE, risk=Risk.LOW)
+        def add_note(args: Note, ctx: ToolContext) -> dict[str, str]:
+            """Add a note."""
+            notes.append(args.text)
+            return {"added": args.text}
+
+        guard = Guard(
+            tools=[add_note],
+            policy=Policy(roles={"agent": RolePolicy(tools=frozenset({"add_note"}))}),
+            idempotency=stores.idempotency,
+            approvals=stores.approvals,
+            counters=stores.counters,
+        )
+        session = guard.session("s1", Principal(id="U1", role="agent"))
+        waits = []
+        for _ in range(2):
+            events.clear()
+            result = session.execute("add_note", '{"text": "call back"}')
+            assert result.ok
+            waits.append(round_trips(events))
+        assert waits == [1, 1] and result.replayed
+        assert notes == ["call back"]
 
     def test_every_command_is_answered_before_close_returns(
         self, counted: tuple[RedisStores, list[str]], redis_client: redis.Redis
