@@ -93,14 +93,7 @@ class IdempotencyStage:
         if ask is None:
             return None
         lock = ask.lock
-        claim = call.claim_ahead or env.idempotency.claim(
-            ask.key,
-            ask.fingerprint,
-            now=now,
-            lease=ask.lease,
-            take_stale=ask.take_stale,
-            lock=lock,
-        )
+        claim = call.claim_ahead or ask.claim_on(env.idempotency, now=now)
         if claim.holder is not None:  # the answer is about the attempt holding the actor's lock
             if claim.state is ClaimState.STALE and spec.idempotent_backend:
                 # Its backend deduplicates by that attempt's key: retry under it, not under ours.

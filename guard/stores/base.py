@@ -263,6 +263,17 @@ class ClaimAsk:
     take_stale: bool
     lock: str | None
 
+    def claim_on(self, store: IdempotencyStore, *, now: float) -> Claim:
+        """``store.claim`` as asked."""
+        return store.claim(
+            self.key,
+            self.fingerprint,
+            now=now,
+            lease=self.lease,
+            take_stale=self.take_stale,
+            lock=self.lock,
+        )
+
 
 class ClaimsAfterCounting(Protocol):
     """An idempotency store that counts a call's ceilings and then claims, in one step (Redis: one

@@ -217,14 +217,7 @@ class RedisIdempotencyStore(_RedisStore):
             values = counters.ceilings(ceilings, now=now)
             if len(values) < len(ceilings) or (ceilings and values[-1] > ceilings[-1].limit):
                 return values, None
-            return values, self.claim(
-                ask.key,
-                ask.fingerprint,
-                now=now,
-                lease=ask.lease,
-                take_stale=ask.take_stale,
-                lock=ask.lock,
-            )
+            return values, ask.claim_on(self, now=now)
         counted, counting = counters._ceiling_args(ceilings, now)
         claimed, claiming = self._claim_args(ask, now)
         args = [len(counted), *counting, *claiming]
@@ -435,15 +428,7 @@ class RedisApprovalStore(_RedisStore):
             action = self.decide(approval_id, approve=approve, by=by, now=now)
             if action is None or action.state is not ApprovalState.APPROVED:
                 return action, None
-            claim = idempotency.claim(
-                ask.key,
-                ask.fingerprint,
-                now=now,
-                lease=ask.lease,
-                take_stale=ask.take_stale,
-                lock=ask.lock,
-            )
-            return action, claim
+            return action, ask.claim_on(idempotency, now=now)
         claimed, claiming = idempotency._claim_args(ask, now)
         keys = [self._key(approval_id), *claimed]
         reply = self._wire.run(

@@ -57,16 +57,22 @@ def guard_on(stores: RedisStores, world: World, **kw: Any) -> Any:
     )
 
 
+def propose(guard: Any) -> str:
+    """A payout proposed; its approval id."""
+    pending = guard.session("s1", Principal(id="U1", role="agent")).execute("payout", PAYOUT)
+    assert pending.approval_id is not None
+    return str(pending.approval_id)
+
+
 class TestDecideThenClaim:
     def test_an_approval_runs_once_and_a_second_replays(self, stores: RedisStores) -> None:
         """Approved twice: one run; the second answer is the first's replay."""
         world = World()
         guard = guard_on(stores, world)
         assert guard._ahead is not None  # the one-script approval applies
-        pending = guard.session("s1", Principal(id="U1", role="agent")).execute("payout", PAYOUT)
-        assert pending.approval_id is not None
-        first = guard.approve(pending.approval_id, by="alice")
-        second = guard.approve(pending.approval_id, by="bob")
+        approval_id = propose(guard)
+        first = guard.approve(approval_id, by="alice")
+        second = guard.approve(approval_id, by="bob")
         assert first.ok and not first.replayed
         assert second.ok and second.replayed
         assert len(world.runs) == 1
@@ -85,9 +91,8 @@ class TestDecideThenClaim:
         world = World()
         edited = EditedAfterRead(stores.approvals, redis_client, stores.approvals._keys, **fields)
         guard = guard_on(stores, world, approvals=edited)
-        pending = guard.session("s1", Principal(id="U1", role="agent")).execute("payout", PAYOUT)
-        assert pending.approval_id is not None
-        result = guard.approve(pending.approval_id, by="alice")
+        approval_id = propose(guard)
+        result = guard.approve(approval_id, by="alice")
         assert result.code is Code.CONFIRMATION_DENIED
         assert world.runs == []
         assert claims(redis_client, stores) == []
@@ -98,10 +103,9 @@ class TestDecideThenClaim:
         """Past its expiry the decision is EXPIRED: no claim is made, nothing runs."""
         world, clock = World(), ManualClock()
         guard = guard_on(stores, world, clock=clock)
-        pending = guard.session("s1", Principal(id="U1", role="agent")).execute("payout", PAYOUT)
-        assert pending.approval_id is not None
+        approval_id = propose(guard)
         clock.advance(guard.policy.confirmation_ttl + 1)
-        result = guard.approve(pending.approval_id, by="alice")
+        result = guard.approve(approval_id, by="alice")
         assert result.code is Code.CONFIRMATION_EXPIRED
         assert world.runs == []
         assert claims(redis_client, stores) == []
