@@ -6,7 +6,9 @@ arguments, so on their own they wait on the server twice per call. The stages be
 (resolve, parse, schema) touch no store, so here the budget only plans its ceilings, those
 stages run, and the ceilings go to the store with the loop counter after them, in one call that
 stops at the first counter over its limit (``CounterStore.ceilings``): a call the budget ends
-counts no loop, as before.
+counts no loop, as before. A write's claim goes in the same call when the idempotency store can
+make it there (``ClaimsAfterCounting``: Redis), made only when no counter is over its limit; the
+idempotency stage then takes it from ``call.claim_ahead`` instead of claiming itself.
 
 The answers are the chain's, in its order: the budget's comes first. When it ends the call, the
 call is put back as the budget left it (what resolve, parse and schema filled in is undone, and
