@@ -118,15 +118,16 @@ class BatchedStart:
         except Exception:  # the stage that cannot name them fails in its own place, as in _loop
             loop, reads = None, []
         counted = ceilings if loop is None else [*ceilings, loop]
-        claims = getattr(idempotency.env.idempotency, "claim_after", None)
-        ask: ClaimAsk | None = None
+        store = idempotency.env.idempotency
+        claims = getattr(store, "claim_after", None)
+        claiming: tuple[ClaimAsk, ClaimAfter, IdempotencyStore] | None = None
         if claims is not None and loop is not None:
             try:
                 ask = idempotency.ask(call)
             except Exception:  # the stage fails in its own place, as in _loop
                 ask = None
-        store = idempotency.env.idempotency
-        claiming = None if ask is None or claims is None else (ask, claims, store)
+            if ask is not None:  # a write: its claim goes with the counts
+                claiming = (ask, claims, store)
         values, refused = self._count(call, budget, before, [*counted, *reads], claiming)
         if refused is not None:
             return refused

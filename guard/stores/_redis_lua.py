@@ -204,7 +204,8 @@ local function bump(key, amount, now, expires_at, ttl_ms)
 end
 """
 
-# KEYS[1] counter; ARGV amount, now, expires_at (= now + ttl), ttl_ms. Returns the new value (text).
+# KEYS[1] counter; ARGV amount, now, expires_at (= now + ttl), ttl_ms. Returns the new value
+# (``_BUMP``).
 INCR = (
     _BUMP
     + """
@@ -214,7 +215,8 @@ return bump(KEYS[1], ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4])
 
 # KEYS the counters to add to, then those to read; ARGV how many to add to, now, then amount,
 # expires_at and ttl_ms per counter added to. Returns the new values, then the values read (0
-# when absent or expired), in KEYS order: all as text, so 64-bit values stay exact.
+# when absent or expired), in KEYS order: numbers below 2**53, text past it, so 64-bit values
+# stay exact.
 TALLY = (
     _BUMP
     + """
