@@ -521,7 +521,7 @@ class Guard:
             scopes=frozenset(action.scopes),
             authenticated=action.authenticated,
         )
-        return Call(
+        call = Call(
             tool=action.tool,
             raw_arguments=action.arguments,
             call_id=action.call_id,
@@ -531,10 +531,10 @@ class Guard:
             start_ns=self._time_ns(),
             now=self.env.clock.now(),
             chain=self._names[id(stages)],
-            approval=action,
-            decision=str(action.state),
-            spec=self.registry.get(action.tool),
         )
+        call.approval, call.decision = action, str(action.state)
+        call.spec = self.registry.get(action.tool)
+        return call
 
 
 class Session:

@@ -103,8 +103,8 @@ class Arbiter:
             principal=self.session.principal,
             turn=1,
             start_ns=0,
-            spec=spec,
         )
+        call.spec = spec
         env = self.guard.env
         for stage in (ParseStage(env=env), SchemaStage(env=env)):
             refused = stage(call)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from guard.call import Call
 from guard.codes import Code
@@ -24,6 +24,11 @@ class BudgetStage:
 
     env: Env
     name: str = "budget"
+    _sessions: dict[str, tuple[Ceiling, Ceiling]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    """Each session's step and invalid-streak ceilings, which only its id changes: built once,
+    not on every call. Bounded like ``RecentMarks``: forgetting a session costs a rebuild."""
 
     def __call__(self, call: Call) -> ToolResult | None:
         if (full := self.admit(call)) is not None:
@@ -47,15 +52,27 @@ class BudgetStage:
         Each stops the call once over its limit, so the streak's limit is one below the most
         invalid calls in a row allowed."""
         policy, sid = self.env.policy, call.session_id
-        ttl = policy.session_ttl
-        ceilings = [Ceiling(f"steps:{sid}", policy.max_steps_per_session, ttl)]
+        steps, invalid = self._sessions.get(sid) or self._session(sid)
+        ceilings = [steps]
         if call.turns_marked:  # a host that never marks turns gets the session ceiling only
-            ceilings.append(Ceiling(f"turn:{sid}:{call.turn}", policy.max_steps_per_turn, ttl))
+            turn = Ceiling(f"turn:{sid}:{call.turn}", policy.max_steps_per_turn, policy.session_ttl)
+            ceilings.append(turn)
         if (rate := policy.rate_limit) is not None:
             window = int(call.now // rate.seconds)
             ceilings.append(Ceiling(f"rate:{sid}:{window}", rate.calls, rate.seconds * 2))
-        ceilings.append(Ceiling(f"invalid:{sid}", policy.max_invalid_in_a_row - 1))
+        ceilings.append(invalid)
         return ceilings
+
+    def _session(self, sid: str) -> tuple[Ceiling, Ceiling]:
+        policy = self.env.policy
+        if len(self._sessions) >= _SESSIONS:
+            self._sessions.clear()
+        pair = (
+            Ceiling(f"steps:{sid}", policy.max_steps_per_session, policy.session_ttl),
+            Ceiling(f"invalid:{sid}", policy.max_invalid_in_a_row - 1),
+        )
+        self._sessions[sid] = pair
+        return pair
 
     def judge(self, call: Call, values: Sequence[int]) -> ToolResult | None:
         """The answer from the values of ``plan``'s ceilings, which stop at the first one over."""
@@ -79,5 +96,8 @@ class BudgetStage:
             )
         return None
 
+
+_SESSIONS = 4096
+"""Sessions whose ceilings the stage keeps built."""
 
 _STOP = "Stop calling tools and answer the user with what you have, or hand over to a human."

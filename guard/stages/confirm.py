@@ -106,11 +106,11 @@ class ConfirmStage:
         spec = call.spec
         assert spec is not None and call.canonical is not None and call.fingerprint is not None
         reason = call.needs_human
-        risk = spec.risk if call.risk is None else call.risk
-        if reason is None and spec.is_write and risk >= self.env.policy.confirm_at:
+        if reason is None:  # no check or policy asked: a write at or above confirm_at still waits
+            risk = spec.risk if call.risk is None else call.risk
+            if not spec.is_write or risk < self.env.policy.confirm_at:
+                return None
             reason = Code.CONFIRMATION_REQUIRED
-        if reason is None:
-            return None
         ask = _ASK[reason] if call.human_message is None else call.human_message
         if call.shadowed:  # shadow mode asks nobody: the would-be decision is recorded, no approval
             return reject(call, reason, f"{ask} (shadow mode: not enforced)")

@@ -51,7 +51,7 @@ class ExecuteStage:
     name: str = "execute"
 
     async def __call__(self, call: Call) -> ToolResult:
-        if (refused := self._reserve(call)) is not None:
+        if call.reservations and (refused := self._reserve(call)) is not None:
             return refused
         spec, waiter = call.spec, call.waiter
         assert spec is not None

@@ -54,9 +54,12 @@ class RecentMarks:
     ) -> None:
         """Write the mark ``prefix + suffix`` for each suffix this guard did not write within
         ``refresh_after(ttl)``."""
-        written = self._of(session_id)
+        # Every read of a record comes here: a known session costs a lookup, not a call.
+        written = self._sessions.get(session_id)
+        if written is None:
+            written = self._of(session_id)
         since, done = written.get(prefix, (now, _NONE))
-        if since <= now - self.refresh_after(ttl):
+        if since <= now - min(60.0, ttl / 100):  # refresh_after(ttl), inlined for the same reason
             since, done = now, _NONE  # due for a refresh: every mark is written again
         elif done.issuperset(suffixes):
             return
@@ -70,9 +73,6 @@ class RecentMarks:
             written.clear()
 
     def _of(self, session_id: str) -> dict[str, tuple[float, set[str]]]:
-        written = self._sessions.get(session_id)
-        if written is not None:
-            return written
         with self._lock:
             written = self._sessions.setdefault(session_id, {})
             while len(self._sessions) > self._sessions_max:

@@ -245,8 +245,9 @@ class Ceiling:
     """A counter a call counts itself on (``ttl`` set) or only reads (``ttl`` None), and the value
     over which it must stop: the budget's steps, turns, rate and invalid streak, the loop counter.
 
-    Not frozen, though nothing changes one: every call builds three or more, and a frozen
-    dataclass's ``__init__`` (``object.__setattr__`` per field) costs 2.7x a plain one's."""
+    Nothing may change one: the budget stage shares a session's across its calls. Not frozen
+    all the same, since calls still build some, and a frozen dataclass's ``__init__``
+    (``object.__setattr__`` per field) costs 2.7x a plain one's."""
 
     key: str
     limit: int

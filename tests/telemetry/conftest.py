@@ -73,9 +73,8 @@ def make_call(
         principal=Principal(id="CUS-1", role="customer"),
         turn=1,
         start_ns=start,
-        step=1,
-        spec=spec,
     )
+    call.step, call.spec = 1, spec
     if raw is None and code not in (Code.INVALID_JSON, Code.INVALID_ARGUMENTS, Code.UNKNOWN_TOOL):
         call.parsed = arguments
         call.canonical = canonical
