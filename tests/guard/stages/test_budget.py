@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from guard import RateLimit
+from guard.stages.budget import _SESSIONS
 from guard.testing import ManualClock
 from tests.guard.conftest import make_shop, order_args
 
@@ -56,6 +57,18 @@ class TestStepLimit:
         session.execute("get_order", "{bad")
         assert session.execute("get_order", order_args()).code == "STEP_LIMIT"
         assert shop.backend.requests == 0
+
+    def test_ceilings_hold_past_the_sessions_the_stage_keeps(self, clock: ManualClock) -> None:
+        """The stage keeps a bounded number of sessions' ceilings built; a session it forgot in
+        between is still counted from where it was, never from zero."""
+        shop = make_shop(clock, max_steps_per_session=2, max_identical_calls=10, rate_limit=None)
+        first = shop.session("s-first", "CUS-1")
+        assert first.execute("get_order", order_args()).ok
+        for i in range(_SESSIONS + 1):  # more sessions than it keeps: "s-first" is forgotten
+            shop.session(f"s{i}", "CUS-1").execute("get_order", "{bad")
+        codes = [first.execute("get_order", order_args()).code for _ in range(2)]
+        assert codes == ["OK", "STEP_LIMIT"]
+        assert shop.backend.requests == 2
 
 
 class TestRateLimit:
