@@ -24,16 +24,27 @@ import gc
 import json
 import re
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
+
+# The retail example is not an installed package: run as a script, only bench/ is on sys.path.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from examples.retail import build_retail, retail_policy
-from examples.retail.backend import Item, PaymentMethod, RetailBackend, Variant, default_backend
+from examples.retail.backend import (
+    Item,
+    PaymentMethod,
+    RetailBackend,
+    Variant,
+    default_backend,
+)
 from guard import Guard, Policy, Principal, RolePolicy, ToolContext, tool
 from guard.shop import Order, build_shop
 
