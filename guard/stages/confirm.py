@@ -16,7 +16,8 @@ import logging
 import operator
 import os
 import secrets
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from typing import Any
 
 from guard.call import Call
 from guard.codes import Code
@@ -34,6 +35,7 @@ _UNSEALED = ("state", "decided_by", "decided_at", "seal")
 
 _SEALED = tuple(sorted(name for name in PENDING_ACTION_FIELDS if name not in _UNSEALED))
 _facts = operator.attrgetter(*_SEALED)
+_facts_of_fields = operator.itemgetter(*_SEALED)
 # One encoder for every seal: ``json.dumps`` with these options builds a new one per call. The
 # text must stay byte for byte what it was (sorted keys, no spaces, ASCII), or actions filed by
 # an older process stop verifying.
@@ -59,25 +61,48 @@ def seal_key(configured: bytes | str | None = None) -> bytes:
 
 def seal(action: PendingAction, key: bytes) -> str:
     """The HMAC of every fact of ``action`` but its decision, as hex."""
-    text = _FACTS_JSON.encode(dict(zip(_SEALED, _facts(action), strict=True)))
+    return _sign(_facts(action), key)
+
+
+def _sign(facts: tuple[object, ...], key: bytes) -> str:
+    text = _FACTS_JSON.encode(dict(zip(_SEALED, facts, strict=True)))
     return hmac.digest(key, text.encode(), "sha256").hex()
 
 
-_last_sealed: tuple[bytes, PendingAction] | None = None
-"""The action most recently verified, with its key: an approval checks the one it decided on
-resuming and again in this stage. The action is frozen, so the same object verifies the same."""
+_last_sealed: tuple[bytes, str, tuple[object, ...], list[type]] | None = None
+"""The facts most recently sealed or verified, with their key, seal and the facts' types. An
+approval reads its action three times (filed, decided, in this stage), each a new copy from the
+store with the same facts: equal facts of the same types under the same seal verify without
+encoding and signing them again. Types too, since ``1 == 1.0 == True`` encode differently."""
 
 
 def sealed(action: PendingAction, key: bytes) -> bool:
     """``action``'s facts are those it was filed with, under ``key``."""
     global _last_sealed
     last = _last_sealed  # one read: another thread may replace it meanwhile, never half of it
-    if last is not None and last[1] is action and last[0] == key:
+    facts = _facts(action)
+    if (
+        last is not None
+        and last[1] == action.seal
+        and last[0] == key
+        and last[2] == facts
+        and last[3] == list(map(type, facts))
+    ):
         return True
     if not hmac.compare_digest(action.seal, seal(action, key)):
         return False
-    _last_sealed = (key, action)
+    _last_sealed = (key, action.seal, facts, list(map(type, facts)))
     return True
+
+
+def _sealed_now(fields: dict[str, Any], key: bytes) -> PendingAction:
+    """The pending action of ``fields`` (its facts), sealed and remembered as verified: the
+    approval reads it next."""
+    global _last_sealed
+    facts = _facts_of_fields(fields)
+    action = PendingAction(**fields, seal=_sign(facts, key))
+    _last_sealed = (key, action.seal, facts, list(map(type, facts)))
+    return action
 
 
 _ASK = {
@@ -134,7 +159,8 @@ class ConfirmStage:
     def _action(self, call: Call, key: str, reason: Code, now: float) -> PendingAction:
         """The pending action this call would file, sealed."""
         assert call.spec is not None and call.canonical is not None and call.fingerprint is not None
-        action = PendingAction(
+        warnings = call.warnings
+        fields = dict(
             id="apr_" + secrets.token_hex(8),
             session_id=call.session_id,
             principal_id=call.principal.id,
@@ -149,10 +175,12 @@ class ConfirmStage:
             created_at=now,
             expires_at=now + self.env.policy.confirmation_ttl,
             authenticated=call.principal.authenticated,
-            warnings=json.dumps([w.to_dict() for w in call.warnings], separators=(",", ":")),
+            warnings=json.dumps([w.to_dict() for w in warnings], separators=(",", ":"))
+            if warnings
+            else "[]",
             sensitive=tuple(sorted(call.spec.sensitive_fields)),
         )
-        return replace(action, seal=seal(action, self.env.seal_key))
+        return _sealed_now(fields, self.env.seal_key)
 
     def _decided(self, call: Call, action: PendingAction) -> ToolResult | None:
         if action.state is ApprovalState.DENIED:

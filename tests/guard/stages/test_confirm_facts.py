@@ -346,3 +346,32 @@ class TestSealText:
         assert not sealed(edited, key)
         assert not sealed(filed, b"another key")
         assert sealed(filed, key)
+
+    @given(action=_actions)
+    def test_a_copy_that_compares_equal_but_reads_differently_is_checked_anew(
+        self, action: PendingAction
+    ) -> None:
+        """``1 == 1.0 == True``: a copy whose facts compare equal to a verified action's but have
+        other types (so other seal text) is verified from its bytes, never vouched for."""
+        key = b"k" * 32
+        filed = replace(action, created_at=1.0, authenticated=True)
+        filed = replace(filed, seal=seal(filed, key))
+        assert sealed(filed, key)
+        for retyped in (replace(filed, created_at=1), replace(filed, authenticated=1)):
+            assert retyped == filed  # equal, as Python compares them
+            assert not sealed(retyped, key)
+
+    def test_an_approval_signs_its_facts_once(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Filed, decided and resumed, the action is three copies of the same facts: signed once."""
+        import guard.stages.confirm as confirm
+
+        signed: list[int] = []
+        sign = confirm._sign
+        monkeypatch.setattr(confirm, "_sign", lambda *a: signed.append(1) or sign(*a))
+        world = World()
+        guard = payout_guard(world)
+        session = guard.session("s1", Principal(id="u1", role="agent"))
+        pending = session.execute("payout", PAYOUT)
+        assert pending.approval_id is not None, pending
+        assert guard.approve(pending.approval_id, by="ops-lead").ok
+        assert (len(signed), len(world.runs)) == (1, 1)
