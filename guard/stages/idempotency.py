@@ -89,9 +89,10 @@ class IdempotencyStage:
                     f"You already made this exact call {seen - 1} times in this conversation. "
                     "Use the previous result instead of calling again.",
                 )
-        ask = self.ask(call)
-        if ask is None:
+        if not spec.is_write:  # a read claims nothing (``ask`` would say None)
             return None
+        ask = self.ask(call)
+        assert ask is not None
         lock = ask.lock
         claim = call.claim_ahead or ask.claim_on(env.idempotency, now=now)
         if claim.holder is not None:  # the answer is about the attempt holding the actor's lock
