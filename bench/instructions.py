@@ -30,24 +30,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from trail_cpu import DEFAULT_BASE, ROOT, _base_tree, _callgate
+from trail_cpu import DEFAULT_BASE, ROOT, _base_tree, _callgate, shop_policy
 
 WARM_UP = 500
 WORKLOADS = ("read", "refund")
 
 
 def _refund() -> Callable[[int], Any]:
-    from guard import Policy, Principal, RolePolicy
+    from guard import Principal
     from guard.shop import Order, build_shop
 
     role = "bench"
-    policy = Policy(
-        roles={role: RolePolicy(tools=frozenset({"get_order", "refund_order"}))},
-        rate_limit=None,
-        max_steps_per_session=10**9,
-        max_steps_per_turn=10**9,
-        max_identical_calls=10**9,
-    )
+    policy = shop_policy(role)
     big = Order(order_id="ORD-7777", customer_id="CUS-1", amount_cents=10**15, currency="BRL")
     guard = build_shop(orders=[big], policy=policy).guard
     principal = Principal(id="CUS-1", role=role, scopes=frozenset({"orders:read", "refunds:write"}))

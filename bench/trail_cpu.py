@@ -70,15 +70,11 @@ def _measure(run: Callable[[int], Any], flush: Callable[[], Any], n: int) -> dic
     return {"process_us": process / n * 1e6, "thread_us": thread / n * 1e6}
 
 
-def _callgate(
-    trail: bool, directory: Path, shared: bool = False
-) -> tuple[Callable[[int], Any], Callable[[], Any]]:
-    from guard import Policy, Principal, RolePolicy
-    from guard.shop import Order, build_shop
-    from telemetry import configure
+def shop_policy(role: str) -> Any:
+    """The shop's two order tools for ``role``, with no ceiling a run of calls could reach."""
+    from guard import Policy, RolePolicy
 
-    role = "bench"
-    policy = Policy(
+    return Policy(
         roles={role: RolePolicy(tools=frozenset({"get_order", "refund_order"}))},
         rate_limit=None,
         max_steps_per_session=10**9,
@@ -86,6 +82,17 @@ def _callgate(
         max_identical_calls=10**9,
         max_invalid_in_a_row=10**9,
     )
+
+
+def _callgate(
+    trail: bool, directory: Path, shared: bool = False
+) -> tuple[Callable[[int], Any], Callable[[], Any]]:
+    from guard import Principal
+    from guard.shop import Order, build_shop
+    from telemetry import configure
+
+    role = "bench"
+    policy = shop_policy(role)
     handle = (
         configure(trail_dir=directory / "trail", masking_key=b"bench-key", metrics=False)
         if trail
