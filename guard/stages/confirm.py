@@ -78,7 +78,6 @@ encoding and signing them again. Types too, since ``1 == 1.0 == True`` encode di
 
 def sealed(action: PendingAction, key: bytes) -> bool:
     """``action``'s facts are those it was filed with, under ``key``."""
-    global _last_sealed
     last = _last_sealed  # one read: another thread may replace it meanwhile, never half of it
     facts = _facts(action)
     if (
@@ -89,20 +88,24 @@ def sealed(action: PendingAction, key: bytes) -> bool:
         and last[3] == list(map(type, facts))
     ):
         return True
-    if not hmac.compare_digest(action.seal, seal(action, key)):
+    if not hmac.compare_digest(action.seal, _sign(facts, key)):
         return False
-    _last_sealed = (key, action.seal, facts, list(map(type, facts)))
+    _remember(key, action.seal, facts)
     return True
 
 
 def _sealed_now(fields: dict[str, Any], key: bytes) -> PendingAction:
     """The pending action of ``fields`` (its facts), sealed and remembered as verified: the
     approval reads it next."""
-    global _last_sealed
     facts = _facts_of_fields(fields)
     action = PendingAction(**fields, seal=_sign(facts, key))
-    _last_sealed = (key, action.seal, facts, list(map(type, facts)))
+    _remember(key, action.seal, facts)
     return action
+
+
+def _remember(key: bytes, seal: str, facts: tuple[object, ...]) -> None:
+    global _last_sealed
+    _last_sealed = (key, seal, facts, list(map(type, facts)))
 
 
 _ASK = {
